@@ -116,8 +116,7 @@ Status SyncDir(const std::string& dir) {
   return Status::OK();
 }
 
-Result<std::unique_ptr<ReadOnlyFile>> ReadOnlyFile::Open(const std::string& path,
-                                                         bool allow_mmap) {
+Result<std::unique_ptr<ReadOnlyFile>> ReadOnlyFile::Open(const std::string& path, bool allow_mmap) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return Status::NotFound(path + ": no such file");

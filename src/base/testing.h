@@ -27,18 +27,18 @@ class TempDir {
 
 }  // namespace saturate::testing
 
-#define SATURATE_ASSERT_OK(expr)                          \
-  do {                                                    \
-    const ::saturate::Status _s = (expr);                 \
-    ASSERT_TRUE(_s.ok()) << _s.ToString();                \
+#define SATURATE_ASSERT_OK(expr)           \
+  do {                                     \
+    const ::saturate::Status _s = (expr);  \
+    ASSERT_TRUE(_s.ok()) << _s.ToString(); \
   } while (0)
-#define SATURATE_EXPECT_OK(expr)                          \
-  do {                                                    \
-    const ::saturate::Status _s = (expr);                 \
-    EXPECT_TRUE(_s.ok()) << _s.ToString();                \
+#define SATURATE_EXPECT_OK(expr)           \
+  do {                                     \
+    const ::saturate::Status _s = (expr);  \
+    EXPECT_TRUE(_s.ok()) << _s.ToString(); \
   } while (0)
 // Unwraps a Result<T> into `lhs` or fails the test.
-#define SATURATE_ASSERT_OK_AND_ASSIGN(lhs, rexpr)                              \
+#define SATURATE_ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
   SATURATE_ASSERT_OK_AND_ASSIGN_IMPL_(SATURATE_CONCAT_(_res_, __LINE__), lhs, rexpr)
 #define SATURATE_ASSERT_OK_AND_ASSIGN_IMPL_(res, lhs, rexpr) \
   auto res = (rexpr);                                        \

@@ -1,0 +1,99 @@
+// Dataset: random access to the records of a saturate dataset.
+//
+// Open() reads the manifest, maps every shard (pread fallback when mapping is
+// impossible), and checks each shard's header, footer and index. Get(i)
+// returns record i (global index across shards) after checking its checksum
+// and field table, so corrupt bytes are reported, never handed out as data.
+//
+// Ownership: a Record's views point into the Dataset's mappings (or into a
+// buffer the Record owns, in pread mode); they stay valid while the Dataset
+// lives. Thread-safety: a Dataset is immutable after Open(); Get() may be
+// called from any number of threads at once.
+#ifndef SATURATE_FORMAT_READER_H_
+#define SATURATE_FORMAT_READER_H_
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "saturate/base/status.h"
+#include "saturate/format/schema.h"
+
+namespace saturate {
+class ReadOnlyFile;
+}
+
+namespace saturate::format {
+
+struct ReaderOptions {
+  bool use_mmap = true;          // false forces the pread path
+  bool verify_checksums = true;  // per-record XXH3 on every Get()
+};
+
+// One record: a view of its fields, decoded lazily from its field table.
+class Record {
+ public:
+  Record() = default;
+  uint64_t index() const { return index_; }
+  size_t num_fields() const { return num_fields_; }
+  std::span<const std::byte> field(size_t i) const;
+
+  // Typed views; the caller must know the field's type from the schema.
+  int64_t int64_at(size_t i) const { return Load<int64_t>(field(i)); }
+  float float32_at(size_t i) const { return Load<float>(field(i)); }
+  template <typename T>
+  std::span<const T> array_at(size_t i) const {
+    auto b = field(i);  // payloads are 64-byte aligned, so this cast is safe
+    return {reinterpret_cast<const T*>(b.data()), b.size() / sizeof(T)};
+  }
+
+ private:
+  friend class Dataset;
+  template <typename T>
+  static T Load(std::span<const std::byte> b) {
+    T v{};
+    std::memcpy(&v, b.data(), b.size() < sizeof(T) ? b.size() : sizeof(T));
+    return v;
+  }
+
+  const std::byte* bytes_ = nullptr;
+  size_t num_fields_ = 0;
+  uint64_t index_ = 0;
+  std::shared_ptr<std::byte[]> owned_;  // pread mode only
+};
+
+class Dataset {
+ public:
+  static Result<std::unique_ptr<Dataset>> Open(const std::string& dir, ReaderOptions options = {});
+  ~Dataset();
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
+
+  const Manifest& manifest() const { return manifest_; }
+  const Schema& schema() const { return manifest_.schema; }
+  uint64_t size() const { return total_records_; }
+  const std::string& dir() const { return dir_; }
+  bool mapped() const;
+
+  // Record `index` in [0, size()). Corruption names the shard, the record
+  // number inside it and its byte offset.
+  Result<Record> Get(uint64_t index) const;
+
+ private:
+  struct Shard;
+  Dataset(std::string dir, Manifest manifest, ReaderOptions options);
+
+  std::string dir_;
+  Manifest manifest_;
+  ReaderOptions options_;
+  std::vector<Shard> shards_;
+  std::vector<uint64_t> shard_start_;  // global index of each shard's first record
+  uint64_t total_records_ = 0;
+};
+
+}  // namespace saturate::format
+
+#endif  // SATURATE_FORMAT_READER_H_

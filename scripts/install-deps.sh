@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Install the Debian packages saturate needs to build, test and make its sample
+# data sets -- only those not installed yet.  Safe to run again: with everything
+# present it touches nothing and just says so.
+#
+# usage: scripts/install-deps.sh        (as root, or as a user with sudo)
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git
+  clang libclang-rt-14-dev clang-format
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # libraries
+  libjpeg62-turbo-dev libpng-dev zlib1g-dev libxxhash-dev
+  libcli11-dev nlohmann-json3-dev
+  # sample data (scripts/make-photo-dataset, Fashion-MNIST)
+  python3 python3-pil dataset-fashion-mnist plasma-workspace-wallpapers
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all dependencies present (${#packages[@]} packages)"
+  exit 0
+fi
+
+sudo=()
+if ((EUID != 0)); then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo=(sudo)
+  else
+    echo "install-deps: not root and no sudo; as root run:" >&2
+    echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+"${sudo[@]}" apt-get update
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y --no-install-recommends "${missing[@]}"
+
+echo "install-deps: installed ${#missing[@]} package(s): ${missing[*]}"

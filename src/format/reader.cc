@@ -1,0 +1,141 @@
+#include "saturate/format/reader.h"
+
+#include <algorithm>
+
+#include "base/file.h"
+#include "format/shard_format.h"
+
+namespace saturate::format {
+
+struct Dataset::Shard {
+  std::string name;
+  std::unique_ptr<ReadOnlyFile> file;
+  std::vector<IndexEntry> index;  // decoded and geometry-checked at Open()
+};
+
+std::span<const std::byte> Record::field(size_t i) const {
+  FieldEntry e = ReadFieldEntry(bytes_, i);
+  return {bytes_ + e.offset, e.length};
+}
+
+namespace {
+
+// Reads and checks a shard's header, footer and index.
+Status OpenShard(const std::string& dir, const ShardInfo& info, const Schema& schema,
+                 uint64_t fingerprint, bool use_mmap, std::unique_ptr<ReadOnlyFile>* file,
+                 std::vector<IndexEntry>* index) {
+  SATURATE_ASSIGN_OR_RETURN(*file, ReadOnlyFile::Open(dir + "/" + info.file, use_mmap));
+  const ReadOnlyFile& f = **file;
+  if (f.size() != info.bytes) {
+    return Status::Corruption("size " + std::to_string(f.size()) + " differs from manifest (" +
+                              std::to_string(info.bytes) + ")");
+  }
+  std::vector<std::byte> scratch;
+  SATURATE_ASSIGN_OR_RETURN(auto head, f.Read(0, kHeaderBytes, &scratch));
+  SATURATE_ASSIGN_OR_RETURN(ShardHeader header, DecodeHeader(head));
+  if (header.num_fields != schema.fields.size() || header.schema_fingerprint != fingerprint) {
+    return Status::Corruption("shard schema differs from the manifest's schema");
+  }
+  SATURATE_ASSIGN_OR_RETURN(auto tail, f.Read(f.size() - kFooterBytes, kFooterBytes, &scratch));
+  SATURATE_ASSIGN_OR_RETURN(ShardFooter footer, DecodeFooter(tail));
+  SATURATE_RETURN_IF_ERROR(CheckFooterGeometry(footer, f.size()));
+  if (footer.record_count != info.records) {
+    return Status::Corruption("holds " + std::to_string(footer.record_count) +
+                              " records, manifest says " + std::to_string(info.records));
+  }
+  SATURATE_ASSIGN_OR_RETURN(
+      auto raw, f.Read(footer.index_offset, footer.record_count * kIndexEntryBytes, &scratch));
+  if (Checksum(raw) != footer.index_xxh3) {
+    return Status::Corruption("index checksum mismatch at offset " +
+                              std::to_string(footer.index_offset));
+  }
+  index->resize(footer.record_count);
+  uint64_t expected = kHeaderBytes;
+  for (uint64_t r = 0; r < footer.record_count; ++r) {
+    IndexEntry e = DecodeIndexEntry(raw.data() + r * kIndexEntryBytes);
+    Status s = CheckIndexEntry(e, expected, footer.index_offset);
+    if (!s.ok()) return s.WithContext("record " + std::to_string(r));
+    (*index)[r] = e;
+    expected = e.offset + e.length;
+  }
+  if (expected != footer.index_offset) {
+    return Status::Corruption("records end at " + std::to_string(expected) +
+                              " but the index starts at " + std::to_string(footer.index_offset));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Dataset::Dataset(std::string dir, Manifest manifest, ReaderOptions options)
+    : dir_(std::move(dir)), manifest_(std::move(manifest)), options_(options) {}
+
+Dataset::~Dataset() = default;
+
+bool Dataset::mapped() const {
+  return std::all_of(shards_.begin(), shards_.end(),
+                     [](const Shard& s) { return s.file->mapped(); });
+}
+
+Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, ReaderOptions options) {
+  const std::string manifest_path = dir + "/" + std::string(kManifestFile);
+  auto text = ReadFileToString(manifest_path);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return Status::NotFound(dir + ": not a saturate dataset (no " + std::string(kManifestFile) +
+                              "; an interrupted pack leaves none)");
+    }
+    return text.status();
+  }
+  SATURATE_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(*text, manifest_path));
+  std::unique_ptr<Dataset> ds(new Dataset(dir, std::move(manifest), options));
+  const uint64_t fingerprint = SchemaFingerprint(ds->schema());
+  for (const ShardInfo& info : ds->manifest_.shards) {
+    Shard shard{info.file, nullptr, {}};
+    Status s = OpenShard(dir, info, ds->schema(), fingerprint, options.use_mmap, &shard.file,
+                         &shard.index);
+    if (!s.ok()) return s.WithContext(dir + "/" + info.file);
+    ds->shard_start_.push_back(ds->total_records_);
+    ds->total_records_ += info.records;
+    ds->shards_.push_back(std::move(shard));
+  }
+  return ds;
+}
+
+Result<Record> Dataset::Get(uint64_t index) const {
+  if (index >= total_records_) {
+    return Status::InvalidArgument("record " + std::to_string(index) + " out of range (dataset " +
+                                   dir_ + " has " + std::to_string(total_records_) + ")");
+  }
+  // Binary search over shard starts: O(log shards), independent of record count.
+  size_t s =
+      std::upper_bound(shard_start_.begin(), shard_start_.end(), index) - shard_start_.begin() - 1;
+  const Shard& shard = shards_[s];
+  const uint64_t local = index - shard_start_[s];
+  const IndexEntry& e = shard.index[local];
+
+  Record rec;
+  std::vector<std::byte> scratch;
+  SATURATE_ASSIGN_OR_RETURN(auto bytes, shard.file->Read(e.offset, e.length, &scratch));
+  Status st = options_.verify_checksums ? CheckRecordChecksum(bytes, e) : Status::OK();
+  if (st.ok()) st = CheckFieldTable(bytes, schema());
+  if (!st.ok()) {
+    return st.WithContext(dir_ + "/" + shard.name + ": record " + std::to_string(local) +
+                          " at offset " + std::to_string(e.offset));
+  }
+  if (!shard.file->mapped()) {
+    // pread mode: the Record owns an aligned copy so typed views stay aligned.
+    rec.owned_ = std::shared_ptr<std::byte[]>(
+        new (std::align_val_t{kRecordAlign}) std::byte[bytes.size()],
+        [](std::byte* p) { ::operator delete[](p, std::align_val_t{kRecordAlign}); });
+    std::memcpy(rec.owned_.get(), bytes.data(), bytes.size());
+    rec.bytes_ = rec.owned_.get();
+  } else {
+    rec.bytes_ = bytes.data();
+  }
+  rec.num_fields_ = schema().fields.size();
+  rec.index_ = index;
+  return rec;
+}
+
+}  // namespace saturate::format

@@ -1,0 +1,133 @@
+#include "saturate/format/verify.h"
+
+#include <filesystem>
+
+#include "base/file.h"
+#include "format/shard_format.h"
+
+namespace saturate::format {
+
+std::string VerifyProblem::ToString() const {
+  std::string out = file;
+  if (record >= 0) out += ": record " + std::to_string(record);
+  if (offset >= 0) out += (record >= 0 ? " at offset " : ": offset ") + std::to_string(offset);
+  return out + ": " + what;
+}
+
+namespace {
+
+class Checker {
+ public:
+  Checker(VerifyReport* report, size_t max_problems) : report_(report), max_(max_problems) {}
+  void Add(std::string file, int64_t record, int64_t offset, std::string what) {
+    ++report_->problem_count;
+    if (report_->problems.size() < max_) {
+      report_->problems.push_back({std::move(file), record, offset, std::move(what)});
+    }
+  }
+  void Add(const std::string& file, int64_t record, int64_t offset, const Status& s) {
+    Add(file, record, offset, s.message());
+  }
+
+ private:
+  VerifyReport* report_;
+  size_t max_;
+};
+
+// Checks one shard end to end; reports every problem found in it.
+void VerifyShard(const std::string& dir, const ShardInfo& info, const Schema& schema, bool use_mmap,
+                 VerifyReport* report, Checker* check) {
+  const std::string& name = info.file;
+  auto opened = ReadOnlyFile::Open(dir + "/" + name, use_mmap);
+  if (!opened.ok()) return check->Add(name, -1, -1, opened.status());
+  const ReadOnlyFile& f = **opened;
+  if (f.size() != info.bytes) {
+    check->Add(name, -1, -1,
+               "size " + std::to_string(f.size()) + " differs from manifest (" +
+                   std::to_string(info.bytes) + "): truncated or appended");
+  }
+  std::vector<std::byte> scratch;
+  auto head = f.Read(0, std::min<uint64_t>(kHeaderBytes, f.size()), &scratch);
+  auto header = DecodeHeader(*head);
+  if (!header.ok()) {
+    check->Add(name, -1, 0, header.status());
+  } else if (header->num_fields != schema.fields.size() ||
+             header->schema_fingerprint != SchemaFingerprint(schema)) {
+    check->Add(name, -1, 0, "shard schema differs from the manifest's schema");
+  }
+  auto all = f.Read(0, f.size(), &scratch);
+  auto footer = DecodeFooter(*all);
+  if (footer.ok()) {
+    Status g = CheckFooterGeometry(*footer, f.size());
+    if (!g.ok()) footer = g;
+  }
+  if (!footer.ok()) {
+    // Without a footer the index cannot be found: nothing more to check here.
+    return check->Add(name, -1, static_cast<int64_t>(f.size()) - int64_t{kFooterBytes},
+                      footer.status());
+  }
+  if (footer->record_count != info.records) {
+    check->Add(name, -1, -1,
+               "holds " + std::to_string(footer->record_count) + " records, manifest says " +
+                   std::to_string(info.records));
+  }
+  auto index = all->subspan(footer->index_offset, footer->record_count * kIndexEntryBytes);
+  if (Checksum(index) != footer->index_xxh3) {
+    check->Add(name, -1, static_cast<int64_t>(footer->index_offset), "index checksum mismatch");
+  }
+  uint64_t expected = kHeaderBytes;
+  for (uint64_t r = 0; r < footer->record_count; ++r) {
+    IndexEntry e = DecodeIndexEntry(index.data() + r * kIndexEntryBytes);
+    const auto rec_no = static_cast<int64_t>(r);
+    Status s = CheckIndexEntry(e, expected, footer->index_offset);
+    if (!s.ok()) {
+      // A broken entry makes the following offsets meaningless; stop this shard.
+      return check->Add(name, rec_no,
+                        static_cast<int64_t>(footer->index_offset + r * kIndexEntryBytes), s);
+    }
+    auto bytes = all->subspan(e.offset, e.length);
+    s = CheckRecordChecksum(bytes, e);
+    if (s.ok()) s = CheckFieldTable(bytes, schema);
+    if (!s.ok()) check->Add(name, rec_no, static_cast<int64_t>(e.offset), s);
+    expected = e.offset + e.length;
+    ++report->records_checked;
+  }
+  if (expected != footer->index_offset) {
+    check->Add(name, -1, static_cast<int64_t>(expected), "gap between last record and index");
+  }
+}
+
+}  // namespace
+
+Result<VerifyReport> VerifyDataset(const std::string& dir, const VerifyOptions& options) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Status::NotFound(dir + ": no such dataset directory");
+  }
+  VerifyReport report;
+  Checker check(&report, options.max_problems);
+  const std::string manifest_name(kManifestFile);
+  auto text = ReadFileToString(dir + "/" + manifest_name);
+  if (!text.ok()) {
+    check.Add(manifest_name, -1, -1,
+              text.status().code() == StatusCode::kNotFound
+                  ? "missing: not a complete dataset (an interrupted pack leaves none)"
+                  : text.status().message());
+    return report;
+  }
+  auto manifest = ParseManifest(*text, manifest_name);
+  if (!manifest.ok()) {
+    check.Add(manifest_name, -1, -1, manifest.status());
+    return report;
+  }
+  report.manifest = *manifest;
+  const uint64_t total = manifest->num_bytes();
+  for (const ShardInfo& info : manifest->shards) {
+    VerifyShard(dir, info, manifest->schema, options.use_mmap, &report, &check);
+    report.bytes_checked += info.bytes;
+    if (options.progress) options.progress(report.bytes_checked, total);
+  }
+  return report;
+}
+
+}  // namespace saturate::format
