@@ -34,36 +34,30 @@ class Checker {
   size_t max_;
 };
 
-// Checks one shard end to end; reports every problem found in it.
-void VerifyShard(const std::string& dir, const ShardInfo& info, const Schema& schema, bool use_mmap,
-                 VerifyReport* report, Checker* check) {
+// Checks one shard held in memory; reports every problem found in it.
+void VerifyShardBytes(const ShardInfo& info, std::span<const std::byte> all, const Schema& schema,
+                      VerifyReport* report, Checker* check) {
   const std::string& name = info.file;
-  auto opened = ReadOnlyFile::Open(dir + "/" + name, use_mmap);
-  if (!opened.ok()) return check->Add(name, -1, -1, opened.status());
-  const ReadOnlyFile& f = **opened;
-  if (f.size() != info.bytes) {
+  if (all.size() != info.bytes) {
     check->Add(name, -1, -1,
-               "size " + std::to_string(f.size()) + " differs from manifest (" +
+               "size " + std::to_string(all.size()) + " differs from manifest (" +
                    std::to_string(info.bytes) + "): truncated or appended");
   }
-  std::vector<std::byte> scratch;
-  auto head = f.Read(0, std::min<uint64_t>(kHeaderBytes, f.size()), &scratch);
-  auto header = DecodeHeader(*head);
+  auto header = DecodeHeader(all);
   if (!header.ok()) {
     check->Add(name, -1, 0, header.status());
   } else if (header->num_fields != schema.fields.size() ||
              header->schema_fingerprint != SchemaFingerprint(schema)) {
     check->Add(name, -1, 0, "shard schema differs from the manifest's schema");
   }
-  auto all = f.Read(0, f.size(), &scratch);
-  auto footer = DecodeFooter(*all);
+  auto footer = DecodeFooter(all);
   if (footer.ok()) {
-    Status g = CheckFooterGeometry(*footer, f.size());
+    Status g = CheckFooterGeometry(*footer, all.size());
     if (!g.ok()) footer = g;
   }
   if (!footer.ok()) {
     // Without a footer the index cannot be found: nothing more to check here.
-    return check->Add(name, -1, static_cast<int64_t>(f.size()) - int64_t{kFooterBytes},
+    return check->Add(name, -1, static_cast<int64_t>(all.size()) - int64_t{kFooterBytes},
                       footer.status());
   }
   if (footer->record_count != info.records) {
@@ -71,7 +65,7 @@ void VerifyShard(const std::string& dir, const ShardInfo& info, const Schema& sc
                "holds " + std::to_string(footer->record_count) + " records, manifest says " +
                    std::to_string(info.records));
   }
-  auto index = all->subspan(footer->index_offset, footer->record_count * kIndexEntryBytes);
+  auto index = all.subspan(footer->index_offset, footer->record_count * kIndexEntryBytes);
   if (Checksum(index) != footer->index_xxh3) {
     check->Add(name, -1, static_cast<int64_t>(footer->index_offset), "index checksum mismatch");
   }
@@ -85,7 +79,7 @@ void VerifyShard(const std::string& dir, const ShardInfo& info, const Schema& sc
       return check->Add(name, rec_no,
                         static_cast<int64_t>(footer->index_offset + r * kIndexEntryBytes), s);
     }
-    auto bytes = all->subspan(e.offset, e.length);
+    auto bytes = all.subspan(e.offset, e.length);
     s = CheckRecordChecksum(bytes, e);
     if (s.ok()) s = CheckFieldTable(bytes, schema);
     if (!s.ok()) check->Add(name, rec_no, static_cast<int64_t>(e.offset), s);
@@ -97,7 +91,26 @@ void VerifyShard(const std::string& dir, const ShardInfo& info, const Schema& sc
   }
 }
 
+// Checks one shard file end to end; reports every problem found in it.
+void VerifyShard(const std::string& dir, const ShardInfo& info, const Schema& schema, bool use_mmap,
+                 VerifyReport* report, Checker* check) {
+  const std::string& name = info.file;
+  auto opened = ReadOnlyFile::Open(dir + "/" + name, use_mmap);
+  if (!opened.ok()) return check->Add(name, -1, -1, opened.status());
+  const ReadOnlyFile& f = **opened;
+  std::vector<std::byte> scratch;
+  auto all = f.Read(0, f.size(), &scratch);
+  if (!all.ok()) return check->Add(name, -1, -1, all.status());
+  VerifyShardBytes(info, *all, schema, report, check);
+}
+
 }  // namespace
+
+void VerifyShardBytes(const ShardInfo& info, std::span<const std::byte> shard, const Schema& schema,
+                      VerifyReport* report, size_t max_problems) {
+  Checker check(report, max_problems);
+  VerifyShardBytes(info, shard, schema, report, &check);
+}
 
 Result<VerifyReport> VerifyDataset(const std::string& dir, const VerifyOptions& options) {
   std::error_code ec;

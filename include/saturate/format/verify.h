@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,12 @@ struct VerifyOptions {
 // Returns a report (possibly listing problems); a non-OK Status only when the
 // directory cannot be examined at all (e.g. it does not exist).
 Result<VerifyReport> VerifyDataset(const std::string& dir, const VerifyOptions& options = {});
+
+// Checks one shard already in memory against `info` (expected name, size,
+// record count) and `schema`, adding to `report`. Used by VerifyDataset and
+// by the shard parser's fuzz target.
+void VerifyShardBytes(const ShardInfo& info, std::span<const std::byte> shard, const Schema& schema,
+                      VerifyReport* report, size_t max_problems = 20);
 
 }  // namespace saturate::format
 

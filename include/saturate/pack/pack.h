@@ -1,0 +1,81 @@
+// pack: turns images, tables and IDX arrays into a saturate dataset, once,
+// offline, so training reads memory-mapped records instead of decoding
+// folders of files ("preprocess offline into a fast format").
+//
+// Every Pack* function writes into `OUT.partial` next to the output and
+// renames it to `OUT` only after the manifest is written, so a failed or
+// killed pack never leaves anything that looks like a dataset at OUT. With
+// `force`, an existing dataset at OUT is replaced only after the new one is
+// complete; a directory that is not a saturate dataset is never replaced.
+//
+// Thread-safety: each call is independent; work is spread over
+// `options.threads` threads internally and the progress callback is called
+// from the calling thread only.
+#ifndef SATURATE_PACK_PACK_H_
+#define SATURATE_PACK_PACK_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "saturate/base/status.h"
+
+namespace saturate::pack {
+
+struct PackProgress {
+  uint64_t items_done = 0;
+  uint64_t items_total = 0;
+  uint64_t bytes_written = 0;
+};
+
+struct PackOptions {
+  uint64_t shard_bytes = uint64_t{256} << 20;
+  int threads = 0;            // 0: one per core
+  bool force = false;         // replace an existing dataset at OUT
+  bool skip_bad = false;      // skip unreadable/corrupt images (counted) instead of failing
+  int reencode_max_side = 0;  // > 0: re-encode images as JPEG, longer side at most this
+  int reencode_quality = 90;  // JPEG quality when re-encoding
+  std::function<void(const PackProgress&)> progress;
+};
+
+struct PackSummary {
+  uint64_t records = 0;
+  uint64_t bytes = 0;  // dataset bytes on disk
+  uint64_t input_bytes = 0;
+  uint64_t shards = 0;
+  uint64_t skipped = 0;                 // bad inputs skipped under skip_bad
+  std::vector<std::string> skip_notes;  // the first few skipped inputs and why
+  uint64_t ignored_files = 0;           // files that are not JPEG/PNG (ImageFolder)
+  double seconds = 0;
+};
+
+// torchvision ImageFolder layout: ROOT/<class>/**/<image>.{jpg,jpeg,png}.
+// Sorted class folder names become label ids; schema {image, label:int64}.
+Result<PackSummary> PackImageFolder(const std::string& root, const std::string& out,
+                                    const PackOptions& options);
+
+// A CSV or JSON Lines table with one row per image. `path_column` holds the
+// image path (relative to the table's folder); `label_column` (optional, ""
+// for none) holds an integer label or a class name. Other columns are kept as
+// fields: integers as int64, reals as float32, text as bytes.
+struct TableSpec {
+  std::string path_column = "path";
+  std::string label_column = "label";
+};
+Result<PackSummary> PackTable(const std::string& table_path, const TableSpec& spec,
+                              const std::string& out, const PackOptions& options);
+
+// MNIST-style IDX files (gzip'd or plain): images N×H×W uint8 become a
+// fixed-shape uint8[H,W] field "image", labels an int64 field "label".
+struct IdxSpec {
+  std::string images_path;
+  std::string labels_path;
+  std::vector<std::string> class_names;  // optional; must cover every label
+};
+Result<PackSummary> PackIdx(const IdxSpec& spec, const std::string& out,
+                            const PackOptions& options);
+
+}  // namespace saturate::pack
+
+#endif  // SATURATE_PACK_PACK_H_

@@ -1,0 +1,353 @@
+#include "saturate/pack/pack.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "base/file.h"
+#include "image/codec.h"
+#include "pack/idx.h"
+#include "pack/staging.h"
+#include "pack/table.h"
+#include "saturate/format/writer.h"
+
+namespace saturate::pack {
+namespace {
+
+namespace fs = std::filesystem;
+using format::DatasetWriter;
+using format::FieldKind;
+using format::FieldSpec;
+using format::Schema;
+using Fields = std::vector<std::span<const std::byte>>;
+
+constexpr size_t kMaxSkipNotes = 10;
+
+int ThreadCount(int requested) {
+  if (requested > 0) return requested;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// One pack in progress: staging directory, writer, summary and progress.
+class PackRun {
+ public:
+  static Result<std::unique_ptr<PackRun>> Begin(const std::string& out, Schema schema,
+                                                format::WriterOptions writer_options,
+                                                uint64_t items_total, const PackOptions& options) {
+    SATURATE_ASSIGN_OR_RETURN(auto staging, Staging::Begin(out, options.force));
+    writer_options.shard_bytes = options.shard_bytes;
+    writer_options.metadata["created_by"] = "saturate pack";
+    SATURATE_ASSIGN_OR_RETURN(
+        auto writer, DatasetWriter::Create(staging->dir(), std::move(schema), writer_options));
+    return std::unique_ptr<PackRun>(
+        new PackRun(std::move(staging), std::move(writer), items_total, options));
+  }
+
+  Status Add(const Fields& fields, uint64_t input_bytes) {
+    summary_.input_bytes += input_bytes;
+    SATURATE_RETURN_IF_ERROR(writer_->Append(fields));
+    return Advance();
+  }
+
+  Status Skip(const Status& why) {
+    ++summary_.skipped;
+    if (summary_.skip_notes.size() < kMaxSkipNotes) summary_.skip_notes.push_back(why.message());
+    return Advance();
+  }
+
+  Result<PackSummary> Finish() {
+    if (writer_->records_written() == 0) {
+      return Status::InvalidArgument("no records to pack (all " + std::to_string(summary_.skipped) +
+                                     " inputs were skipped)");
+    }
+    SATURATE_RETURN_IF_ERROR(writer_->Finish());
+    SATURATE_RETURN_IF_ERROR(staging_->Commit());
+    summary_.records = writer_->records_written();
+    summary_.bytes = writer_->manifest().num_bytes();
+    summary_.shards = writer_->manifest().shards.size();
+    summary_.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    return summary_;
+  }
+
+  PackSummary& summary() { return summary_; }
+
+ private:
+  PackRun(std::unique_ptr<Staging> staging, std::unique_ptr<DatasetWriter> writer,
+          uint64_t items_total, const PackOptions& options)
+      : staging_(std::move(staging)),
+        writer_(std::move(writer)),
+        progress_(options.progress),
+        items_total_(items_total) {}
+
+  Status Advance() {
+    ++items_done_;
+    if (progress_) progress_({items_done_, items_total_, writer_->bytes_written()});
+    return Status::OK();
+  }
+
+  // Order matters: the writer's files live inside the staging directory.
+  std::unique_ptr<Staging> staging_;
+  std::unique_ptr<DatasetWriter> writer_;
+  std::function<void(const PackProgress&)> progress_;
+  uint64_t items_total_;
+  uint64_t items_done_ = 0;
+  PackSummary summary_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// Runs `load(i)` for every i in [0, n) on `threads` threads, a window at a
+// time, and hands the results to `sink(i, result)` in index order, so the
+// dataset's record order does not depend on the thread count.
+template <typename T, typename Load, typename Sink>
+Status ForEachOrdered(size_t n, int threads, Load load, Sink sink) {
+  const size_t window = static_cast<size_t>(threads) * 16;
+  std::vector<std::optional<T>> results(window);
+  for (size_t begin = 0; begin < n; begin += window) {
+    const size_t count = std::min(window, n - begin);
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t k; (k = next.fetch_add(1)) < count;) results[k].emplace(load(begin + k));
+    };
+    std::vector<std::jthread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+    pool.clear();  // joins
+    for (size_t k = 0; k < count; ++k) {
+      SATURATE_RETURN_IF_ERROR(sink(begin + k, std::move(*results[k])));
+      results[k].reset();
+    }
+  }
+  return Status::OK();
+}
+
+// An image file read and checked (or re-encoded), ready to store.
+struct LoadedImage {
+  Status status;
+  std::vector<std::byte> bytes;
+  uint64_t input_bytes = 0;
+};
+
+LoadedImage LoadImage(const std::string& path, const PackOptions& options) {
+  LoadedImage out;
+  auto text = ReadFileToString(path);
+  if (!text.ok()) {
+    out.status = text.status();
+    return out;
+  }
+  out.input_bytes = text->size();
+  auto raw = std::as_bytes(std::span(text->data(), text->size()));
+  if (options.reencode_max_side > 0) {
+    auto re = image::ReencodeJpeg(raw, options.reencode_max_side, options.reencode_quality);
+    if (re.ok()) out.bytes = std::move(*re);
+    out.status = re.status();
+  } else {
+    out.status = image::ValidateImage(raw).status();
+    if (out.status.ok()) out.bytes.assign(raw.begin(), raw.end());
+  }
+  if (!out.status.ok()) out.status = out.status.WithContext(path);
+  return out;
+}
+
+// Packs one image per item; `extra(i, image)` returns the record's fields.
+template <typename FieldsFn>
+Result<PackSummary> PackImages(const std::vector<std::string>& paths, PackRun* run,
+                               const PackOptions& options, FieldsFn fields_of) {
+  auto load = [&](size_t i) { return LoadImage(paths[i], options); };
+  auto sink = [&](size_t i, LoadedImage img) -> Status {
+    if (!img.status.ok()) {
+      // I/O errors are not the file's fault: never skipped silently.
+      if (options.skip_bad && img.status.code() == StatusCode::kCorruption) {
+        return run->Skip(img.status);
+      }
+      return img.status;
+    }
+    return run->Add(fields_of(i, img.bytes), img.input_bytes);
+  };
+  SATURATE_RETURN_IF_ERROR(
+      ForEachOrdered<LoadedImage>(paths.size(), ThreadCount(options.threads), load, sink));
+  return run->Finish();
+}
+
+bool IsImageFile(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+
+FieldSpec ImageField() { return FieldSpec{"image", FieldKind::kImage}; }
+FieldSpec LabelField() { return FieldSpec{"label", FieldKind::kInt64}; }
+
+}  // namespace
+
+Result<PackSummary> PackImageFolder(const std::string& root, const std::string& out,
+                                    const PackOptions& options) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return Status::NotFound(root + ": no such input folder");
+  std::vector<std::string> classes;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    std::string name = entry.path().filename().string();
+    if (entry.is_directory() && name[0] != '.') classes.push_back(name);
+  }
+  std::sort(classes.begin(), classes.end());
+  std::vector<std::string> paths;
+  std::vector<int64_t> labels;
+  uint64_t ignored = 0;
+  for (size_t c = 0; c < classes.size(); ++c) {
+    std::vector<std::string> files;
+    for (const auto& entry : fs::recursive_directory_iterator(
+             root + "/" + classes[c], fs::directory_options::follow_directory_symlink, ec)) {
+      if (!entry.is_regular_file()) continue;
+      if (IsImageFile(entry.path())) {
+        files.push_back(entry.path().string());
+      } else {
+        ++ignored;
+      }
+    }
+    std::sort(files.begin(), files.end());
+    paths.insert(paths.end(), files.begin(), files.end());
+    labels.insert(labels.end(), files.size(), static_cast<int64_t>(c));
+  }
+  if (ec) return Status::IOError("cannot list " + root + ": " + ec.message());
+  if (paths.empty()) {
+    return Status::InvalidArgument(root + ": no .jpg/.jpeg/.png images in class sub-folders (" +
+                                   std::to_string(classes.size()) + " sub-folders found)");
+  }
+  format::WriterOptions wo;
+  wo.class_names = classes;
+  wo.metadata["source"] = "imagefolder:" + root;
+  SATURATE_ASSIGN_OR_RETURN(auto run, PackRun::Begin(out, Schema{{ImageField(), LabelField()}}, wo,
+                                                     paths.size(), options));
+  run->summary().ignored_files = ignored;
+  return PackImages(paths, run.get(), options, [&](size_t i, const std::vector<std::byte>& img) {
+    return Fields{img, format::AsBytes(labels[i])};
+  });
+}
+
+namespace {
+
+// How one table column becomes a field, and its per-row payloads.
+struct ColumnPlan {
+  size_t column = 0;
+  FieldSpec field;
+};
+
+}  // namespace
+
+Result<PackSummary> PackTable(const std::string& table_path, const TableSpec& spec,
+                              const std::string& out, const PackOptions& options) {
+  SATURATE_ASSIGN_OR_RETURN(Table table, ReadTable(table_path));
+  SATURATE_ASSIGN_OR_RETURN(size_t path_col, table.ColumnIndex(spec.path_column, table_path));
+  if (table.types[path_col] != ColumnType::kString) {
+    return Status::InvalidArgument(table_path + ": path column '" + spec.path_column +
+                                   "' must hold text");
+  }
+  Schema schema{{ImageField()}};
+  format::WriterOptions wo;
+  wo.metadata["source"] = "table:" + table_path;
+  // Labels: integers are ids; text labels are class names, sorted into ids.
+  std::vector<int64_t> labels(table.rows.size());
+  std::optional<size_t> label_col;
+  if (!spec.label_column.empty()) {
+    SATURATE_ASSIGN_OR_RETURN(label_col, table.ColumnIndex(spec.label_column, table_path));
+    schema.fields.push_back(LabelField());
+    if (table.types[*label_col] == ColumnType::kFloat64) {
+      return Status::InvalidArgument(table_path + ": label column '" + spec.label_column +
+                                     "' holds reals; expected integers or class names");
+    }
+    if (table.types[*label_col] == ColumnType::kString) {
+      std::map<std::string, int64_t> ids;
+      for (const auto& row : table.rows) ids.emplace(std::get<std::string>(row[*label_col]), 0);
+      for (auto& [name, id] : ids) {
+        id = static_cast<int64_t>(wo.class_names.size());
+        wo.class_names.push_back(name);
+      }
+      for (size_t r = 0; r < table.rows.size(); ++r) {
+        labels[r] = ids[std::get<std::string>(table.rows[r][*label_col])];
+      }
+    } else {
+      for (size_t r = 0; r < table.rows.size(); ++r) {
+        labels[r] = std::get<int64_t>(table.rows[r][*label_col]);
+      }
+    }
+  }
+  std::vector<ColumnPlan> extras;
+  for (size_t c = 0; c < table.columns.size(); ++c) {
+    if (c == path_col || c == label_col) continue;
+    const std::string& name = table.columns[c];
+    if (name == "image" || name == "label") {
+      return Status::InvalidArgument(table_path + ": column '" + name +
+                                     "' clashes with the field pack creates; rename it");
+    }
+    FieldKind kind = table.types[c] == ColumnType::kInt64     ? FieldKind::kInt64
+                     : table.types[c] == ColumnType::kFloat64 ? FieldKind::kFloat32
+                                                              : FieldKind::kBytes;
+    extras.push_back({c, FieldSpec{name, kind}});
+    schema.fields.push_back(extras.back().field);
+  }
+  const std::string base = fs::path(table_path).parent_path().string();
+  std::vector<std::string> paths;
+  for (const auto& row : table.rows) {
+    const std::string& p = std::get<std::string>(row[path_col]);
+    paths.push_back(fs::path(p).is_absolute() || base.empty() ? p : base + "/" + p);
+  }
+  SATURATE_ASSIGN_OR_RETURN(auto run, PackRun::Begin(out, schema, wo, paths.size(), options));
+  // Per-row scalar storage for extra columns, alive while the row is written.
+  std::vector<int64_t> ints(extras.size());
+  std::vector<float> floats(extras.size());
+  return PackImages(paths, run.get(), options, [&](size_t r, const std::vector<std::byte>& img) {
+    Fields f{img};
+    if (label_col) f.push_back(format::AsBytes(labels[r]));
+    for (size_t e = 0; e < extras.size(); ++e) {
+      const Cell& cell = table.rows[r][extras[e].column];
+      if (const auto* i = std::get_if<int64_t>(&cell)) {
+        ints[e] = *i;
+        f.push_back(format::AsBytes(ints[e]));
+      } else if (const auto* d = std::get_if<double>(&cell)) {
+        floats[e] = static_cast<float>(*d);
+        f.push_back(format::AsBytes(floats[e]));
+      } else {
+        const auto& s = std::get<std::string>(cell);
+        f.push_back(std::as_bytes(std::span(s.data(), s.size())));
+      }
+    }
+    return f;
+  });
+}
+
+Result<PackSummary> PackIdx(const IdxSpec& spec, const std::string& out,
+                            const PackOptions& options) {
+  SATURATE_ASSIGN_OR_RETURN(IdxArray images, ReadIdx(spec.images_path));
+  SATURATE_ASSIGN_OR_RETURN(IdxArray labels, ReadIdx(spec.labels_path));
+  SATURATE_RETURN_IF_ERROR(CheckIdxPair(images, labels));
+  const uint64_t n = images.dims[0];
+  const uint64_t h = images.dims[1], w = images.dims[2];
+  const uint8_t max_label =
+      labels.data.empty() ? 0 : *std::max_element(labels.data.begin(), labels.data.end());
+  if (!spec.class_names.empty() && spec.class_names.size() <= max_label) {
+    return Status::InvalidArgument(std::to_string(spec.class_names.size()) +
+                                   " class names given but " + spec.labels_path + " has label " +
+                                   std::to_string(max_label));
+  }
+  format::WriterOptions wo;
+  wo.class_names = spec.class_names;
+  wo.metadata["source"] = "idx:" + spec.images_path + "," + spec.labels_path;
+  Schema schema{{FieldSpec{"image",
+                           FieldKind::kArray,
+                           format::DType::kUInt8,
+                           {static_cast<int64_t>(h), static_cast<int64_t>(w)}},
+                 LabelField()}};
+  SATURATE_ASSIGN_OR_RETURN(auto run, PackRun::Begin(out, schema, wo, n, options));
+  const std::byte* pixels = reinterpret_cast<const std::byte*>(images.data.data());
+  for (uint64_t i = 0; i < n; ++i) {
+    int64_t label = labels.data[i];
+    SATURATE_RETURN_IF_ERROR(
+        run->Add(Fields{std::span(pixels + i * h * w, h * w), format::AsBytes(label)}, h * w + 1));
+  }
+  return run->Finish();
+}
+
+}  // namespace saturate::pack

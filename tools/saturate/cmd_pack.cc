@@ -1,0 +1,171 @@
+// saturate pack folder|table|idx: build a dataset from images, a table or IDX files.
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "saturate/pack/pack.h"
+
+namespace saturate::cli {
+namespace {
+
+struct PackFlags {
+  std::string shard_size = "256MiB";
+  int threads = 0;
+  bool force = false;
+  bool skip_bad = false;
+  int reencode_max_side = 0;
+  int reencode_quality = 90;
+  bool json = false;
+  bool quiet = false;
+};
+
+void AddCommonFlags(CLI::App* cmd, PackFlags* f) {
+  cmd->add_option("--shard-size", f->shard_size,
+                  "Roll to a new shard past this size (B, KiB, MiB, GiB)")
+      ->capture_default_str();
+  cmd->add_option("-j,--threads", f->threads, "Decode/validate threads (0: one per core)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_flag("--force", f->force,
+                "Replace an existing dataset at OUT (only once the new one is complete)");
+  cmd->add_flag("--skip-bad", f->skip_bad,
+                "Skip corrupt images (counted in the summary) instead of failing");
+  cmd->add_option("--reencode-max-side", f->reencode_max_side,
+                  "Re-encode images as JPEG with the longer side at most this (0: store as given)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--reencode-quality", f->reencode_quality, "JPEG quality when re-encoding")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  cmd->add_flag("--json", f->json, "Print the summary as JSON");
+  cmd->add_flag("-q,--quiet", f->quiet, "No progress bar");
+}
+
+void PrintSummary(const std::string& out, const pack::PackSummary& s, bool json) {
+  if (json) {
+    nlohmann::json j = {{"dataset", out},
+                        {"records", s.records},
+                        {"bytes", s.bytes},
+                        {"input_bytes", s.input_bytes},
+                        {"shards", s.shards},
+                        {"skipped", s.skipped},
+                        {"skip_notes", s.skip_notes},
+                        {"ignored_files", s.ignored_files},
+                        {"seconds", s.seconds}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  double rate = s.seconds > 0 ? static_cast<double>(s.records) / s.seconds : 0;
+  std::cout << "packed " << s.records << " records into " << out << ": " << FormatBytes(s.bytes)
+            << " in " << s.shards << " shard(s), " << FormatDuration(s.seconds) << " ("
+            << static_cast<uint64_t>(rate) << " records/s)";
+  if (s.skipped) std::cout << ", skipped " << s.skipped << " bad input(s)";
+  if (s.ignored_files) std::cout << ", ignored " << s.ignored_files << " non-image file(s)";
+  std::cout << "\n";
+  for (const auto& note : s.skip_notes) std::cout << "  skipped: " << note << "\n";
+}
+
+// Runs one pack function with options from `flags`, prints, returns the exit code.
+template <typename PackFn>
+int RunPack(const std::string& out, const PackFlags& flags, PackFn pack_fn) {
+  auto shard_bytes = ParseSize(flags.shard_size);
+  if (!shard_bytes.ok())
+    return ReportError("pack", shard_bytes.status().WithContext("--shard-size"));
+  pack::PackOptions options;
+  options.shard_bytes = *shard_bytes;
+  options.threads = flags.threads;
+  options.force = flags.force;
+  options.skip_bad = flags.skip_bad;
+  options.reencode_max_side = flags.reencode_max_side;
+  options.reencode_quality = flags.reencode_quality;
+  ProgressBar bar("pack", "rec");
+  if (!flags.quiet) {
+    options.progress = [&](const pack::PackProgress& p) {
+      bar.Update(p.items_done, p.items_total, p.bytes_written);
+    };
+  }
+  Result<pack::PackSummary> summary = pack_fn(options);
+  bar.Finish();
+  if (!summary.ok()) return ReportError("pack", summary.status());
+  PrintSummary(out, *summary, flags.json);
+  return kExitOk;
+}
+
+std::vector<std::string> SplitCommas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+void RegisterPack(CLI::App& app, int* exit_code) {
+  CLI::App* pack = app.add_subcommand(
+      "pack", "Pack images, a CSV/JSONL table or IDX files into a saturate dataset");
+  pack->require_subcommand(1);
+
+  // Flag storage, kept alive by the callbacks that the App owns.
+  struct State {
+    PackFlags folder_flags, table_flags, idx_flags;
+    std::string folder_in, folder_out, table_in, table_out, idx_images, idx_labels, idx_out,
+        idx_classes;
+    pack::TableSpec table_spec;
+  };
+  auto st = std::make_shared<State>();
+
+  CLI::App* folder = pack->add_subcommand(
+      "folder", "From a torchvision ImageFolder tree: ROOT/<class>/<image>.{jpg,png}");
+  folder->add_option("ROOT", st->folder_in, "Input folder")->required();
+  folder->add_option("OUT", st->folder_out, "Output dataset directory")->required();
+  AddCommonFlags(folder, &st->folder_flags);
+  folder->callback([exit_code, st] {
+    *exit_code = RunPack(st->folder_out, st->folder_flags, [&st](const pack::PackOptions& o) {
+      return pack::PackImageFolder(st->folder_in, st->folder_out, o);
+    });
+  });
+
+  CLI::App* table = pack->add_subcommand(
+      "table",
+      "From a CSV or JSON Lines file: one row per image, a path column and a label column");
+  table->add_option("TABLE", st->table_in, "Input .csv, .jsonl or .ndjson file")->required();
+  table->add_option("OUT", st->table_out, "Output dataset directory")->required();
+  table
+      ->add_option("--path-column", st->table_spec.path_column,
+                   "Column with image paths (relative to TABLE's folder)")
+      ->capture_default_str();
+  table
+      ->add_option("--label-column", st->table_spec.label_column,
+                   "Column with integer labels or class names ('' for none)")
+      ->capture_default_str();
+  AddCommonFlags(table, &st->table_flags);
+  table->callback([exit_code, st] {
+    *exit_code = RunPack(st->table_out, st->table_flags, [&st](const pack::PackOptions& o) {
+      return pack::PackTable(st->table_in, st->table_spec, st->table_out, o);
+    });
+  });
+
+  CLI::App* idx = pack->add_subcommand(
+      "idx", "From MNIST/Fashion-MNIST IDX files (plain or .gz): uint8[H,W] images + int64 labels");
+  idx->add_option("IMAGES", st->idx_images, "images IDX file (e.g. train-images-idx3-ubyte.gz)")
+      ->required();
+  idx->add_option("LABELS", st->idx_labels, "labels IDX file (e.g. train-labels-idx1-ubyte.gz)")
+      ->required();
+  idx->add_option("OUT", st->idx_out, "Output dataset directory")->required();
+  idx->add_option("--class-names", st->idx_classes, "Comma-separated class names, label 0 first");
+  AddCommonFlags(idx, &st->idx_flags);
+  idx->callback([exit_code, st] {
+    *exit_code = RunPack(st->idx_out, st->idx_flags, [&st](const pack::PackOptions& o) {
+      pack::IdxSpec spec{st->idx_images, st->idx_labels, {}};
+      if (!st->idx_classes.empty()) spec.class_names = SplitCommas(st->idx_classes);
+      return pack::PackIdx(spec, st->idx_out, o);
+    });
+  });
+}
+
+}  // namespace saturate::cli
