@@ -49,11 +49,10 @@ class ProgressBar {
   bool drawn_ = false;
 };
 
-// Registers a subcommand's callback result: each command sets `*exit_code`.
-using CommandRegistrar = std::function<void(CLI::App& app, int* exit_code)>;
 void RegisterPack(CLI::App& app, int* exit_code);
 void RegisterVerify(CLI::App& app, int* exit_code);
 void RegisterInspect(CLI::App& app, int* exit_code);
+void RegisterDevices(CLI::App& app, int* exit_code);
 
 }  // namespace saturate::cli
 

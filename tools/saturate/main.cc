@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   saturate::cli::RegisterPack(app, &exit_code);
   saturate::cli::RegisterVerify(app, &exit_code);
   saturate::cli::RegisterInspect(app, &exit_code);
+  saturate::cli::RegisterDevices(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

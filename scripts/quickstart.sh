@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine: install what is needed, build, make the
+# sample data, pack it, verify it, and print a summary.
+#   - a photo dataset (JPEGs cut from Debian's wallpapers) -> data/photos
+#   - packed (ImageFolder)                                  -> data/photos-{train,val}.sat
+#   - Fashion-MNIST from Debian's dataset-fashion-mnist      -> data/fashion-mnist-{train,test}.sat
+# usage: scripts/quickstart.sh   (PHOTOS_TRAIN=1000 PHOTOS_VAL=100 by default)
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+PHOTOS_TRAIN=${PHOTOS_TRAIN:-1000}
+PHOTOS_VAL=${PHOTOS_VAL:-100}
+FMNIST=/usr/share/datasets/fashion-mnist
+FMNIST_CLASSES="T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot"
+
+step "dependencies"
+scripts/install-deps.sh
+
+step "build"
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DSATURATE_BUILD_TESTS=OFF >/dev/null
+cmake --build build/release -j "$JOBS" --target saturate
+sat=build/release/tools/saturate/saturate
+$sat devices
+
+step "sample photos"
+if [[ ! -d data/photos/train ]]; then
+  scripts/make-photo-dataset data/photos --train "$PHOTOS_TRAIN" --val "$PHOTOS_VAL"
+else
+  echo "data/photos exists; keeping it"
+fi
+
+step "pack"
+$sat pack folder data/photos/train data/photos-train.sat --force
+$sat pack folder data/photos/val data/photos-val.sat --force
+$sat pack idx "$FMNIST/train-images-idx3-ubyte.gz" "$FMNIST/train-labels-idx1-ubyte.gz" \
+  data/fashion-mnist-train.sat --class-names "$FMNIST_CLASSES" --force
+$sat pack idx "$FMNIST/t10k-images-idx3-ubyte.gz" "$FMNIST/t10k-labels-idx1-ubyte.gz" \
+  data/fashion-mnist-test.sat --class-names "$FMNIST_CLASSES" --force
+
+step "verify"
+datasets=(data/photos-train.sat data/photos-val.sat data/fashion-mnist-train.sat data/fashion-mnist-test.sat)
+for d in "${datasets[@]}"; do $sat verify "$d"; done
+
+step "summary"
+printf '%-30s %9s %10s %7s  %s\n' dataset records size shards schema
+for d in "${datasets[@]}"; do
+  $sat inspect --json "$d" | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+print("%-30s %9d %8.1fMB %7d  %s" % (j["dataset"], j["records"], j["bytes"] / 1e6, j["shards"], ", ".join(j["schema"])))'
+done
+echo
+echo "done: inspect one with  $sat inspect data/photos-train.sat"

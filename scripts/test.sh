@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls this):
+#   1. installs missing dependencies (Debian packages),
+#   2. builds with warnings as errors (CUDA code too, when the toolkit is present)
+#      and runs every unit and end-to-end test,
+#   3. rebuilds with ASan+UBSan and runs every test again,
+#   4. rebuilds the threaded parts with TSan and runs their tests,
+#   5. builds the libFuzzer targets with clang and runs each for a bounded time,
+#   6. checks formatting.
+# usage: scripts/test.sh            (FUZZ_SECONDS=30 by default)
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+
+step "dependencies"
+scripts/install-deps.sh
+
+step "build (warnings as errors) and test"
+cmake -S . -B build/ci -G Ninja -DSATURATE_WERROR=ON -DSATURATE_BUILD_BENCH=ON >/dev/null
+cmake --build build/ci -j "$JOBS"
+ctest --test-dir build/ci --output-on-failure -j "$JOBS"
+
+step "ASan + UBSan build and test"
+cmake -S . -B build/asan -G Ninja -DSATURATE_WERROR=ON -DSATURATE_WITH_CUDA=OFF \
+  -DSATURATE_SANITIZE='address;undefined' >/dev/null
+cmake --build build/asan -j "$JOBS"
+ctest --test-dir build/asan --output-on-failure -j "$JOBS"
+
+step "TSan build and test of the threaded parts"
+cmake -S . -B build/tsan -G Ninja -DSATURATE_WERROR=ON -DSATURATE_WITH_CUDA=OFF \
+  -DSATURATE_SANITIZE=thread >/dev/null
+cmake --build build/tsan -j "$JOBS" --target format_test pack_test base_test
+for t in base/base_test format/format_test pack/pack_test; do build/tsan/src/$t; done
+
+step "fuzz (${FUZZ_SECONDS}s per target)"
+scripts/fuzz.sh "$FUZZ_SECONDS"
+
+step "format"
+git ls-files '*.cc' '*.h' '*.cu' | xargs clang-format --dry-run --Werror
+
+step "all test stages passed"
