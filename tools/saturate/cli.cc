@@ -49,6 +49,8 @@ Result<uint64_t> ParseSize(std::string_view text) {
                                    "' (use B, KiB, MiB or GiB)");
   }
   if (n == 0) return Status::InvalidArgument("size must be positive: '" + std::string(text) + "'");
+  if (n > (UINT64_MAX >> shift))
+    return Status::InvalidArgument("size too large: '" + std::string(text) + "'");
   return n << shift;
 }
 

@@ -9,7 +9,8 @@ namespace saturate::cli {
 
 void RegisterDevices(CLI::App& app, int* exit_code) {
   auto json = std::make_shared<bool>(false);
-  CLI::App* cmd = app.add_subcommand("devices", "List the GPUs this build can use, or say why none");
+  CLI::App* cmd =
+      app.add_subcommand("devices", "List the GPUs this build can use, or say why none");
   cmd->add_flag("--json", *json, "Machine-readable output");
   cmd->callback([exit_code, json] {
     device::DeviceReport r = device::ProbeDevices();
@@ -19,8 +20,8 @@ void RegisterDevices(CLI::App& app, int* exit_code) {
         gpus.push_back({{"index", g.index},
                         {"name", g.name},
                         {"memory_bytes", g.memory_bytes},
-                        {"compute_capability", std::to_string(g.compute_major) + "." +
-                                                   std::to_string(g.compute_minor)}});
+                        {"compute_capability",
+                         std::to_string(g.compute_major) + "." + std::to_string(g.compute_minor)}});
       }
       std::cout << nlohmann::json{{"built_with_cuda", r.built_with_cuda},
                                   {"cpu_cores", r.cpu_cores},
