@@ -1,6 +1,7 @@
 #include "saturate/format/reader.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "base/file.h"
 #include "format/shard_format.h"
@@ -78,6 +79,10 @@ bool Dataset::mapped() const {
 }
 
 Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, ReaderOptions options) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Status::NotFound(dir + ": not a saturate dataset (not a directory)");
+  }
   const std::string manifest_path = dir + "/" + std::string(kManifestFile);
   auto text = ReadFileToString(manifest_path);
   if (!text.ok()) {

@@ -1,5 +1,6 @@
 #include "saturate/format/schema.h"
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -196,18 +197,39 @@ json FieldToJson(const FieldSpec& f) {
 
 }  // namespace
 
-std::string SerializeManifest(const Manifest& m) {
+namespace {
+
+// The manifest as JSON, without its checksum.
+json ManifestBody(const Manifest& m) {
   json fields = json::array();
   for (const FieldSpec& f : m.schema.fields) fields.push_back(FieldToJson(f));
   json shards = json::array();
   for (const ShardInfo& s : m.shards) {
     shards.push_back({{"file", s.file}, {"records", s.records}, {"bytes", s.bytes}});
   }
-  json j = {{"format", kFormatName},          {"format_version", m.format_version},
-            {"num_records", m.num_records()}, {"schema", fields},
-            {"class_names", m.class_names},   {"shards", shards},
-            {"metadata", m.metadata}};
-  return j.dump(2) + "\n";
+  return {{"format", kFormatName},          {"format_version", m.format_version},
+          {"num_records", m.num_records()}, {"schema", fields},
+          {"class_names", m.class_names},   {"shards", shards},
+          {"metadata", m.metadata}};
+}
+
+// XXH3 of the canonical (compact, key-sorted) body, so any change of meaning
+// (a class name, a count) is caught while whitespace is not.
+std::string BodyChecksum(const json& body) {
+  std::string canon = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx",
+                static_cast<unsigned long long>(
+                    Checksum(std::as_bytes(std::span(canon.data(), canon.size())))));
+  return buf;
+}
+
+}  // namespace
+
+std::string SerializeManifest(const Manifest& m) {
+  json j = ManifestBody(m);
+  j["xxh3"] = BodyChecksum(j);
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 Result<Manifest> ParseManifest(std::string_view text, std::string_view source) {
@@ -261,6 +283,11 @@ Result<Manifest> ParseManifest(std::string_view text, std::string_view source) {
     return Status::Corruption(src + ": num_records " + std::to_string(declared) +
                               " differs from the sum over shards " +
                               std::to_string(m.num_records()));
+  }
+  std::string stored;
+  SATURATE_RETURN_IF_ERROR(Get(j, "xxh3", source, "manifest", &stored));
+  if (stored != BodyChecksum(ManifestBody(m))) {
+    return Status::Corruption(src + ": manifest checksum mismatch (edited or damaged)");
   }
   return m;
 }

@@ -78,6 +78,17 @@ TEST(ManifestTest, ParseErrorsNameSourceAndKey) {
   EXPECT_NE(missing.status().message().find("missing key 'shards'"), std::string::npos);
 }
 
+TEST(ManifestTest, EditedManifestFailsItsChecksum) {
+  std::string text = SerializeManifest(SampleManifest());
+  size_t p = text.find("\"dog\"");
+  ASSERT_NE(p, std::string::npos);
+  text.replace(p, 5, "\"dig\"");
+  auto edited = ParseManifest(text, "m.json");
+  EXPECT_EQ(edited.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(edited.status().message().find("m.json: manifest checksum mismatch"),
+            std::string::npos);
+}
+
 TEST(ManifestTest, FingerprintDependsOnSchema) {
   Schema a = AllTypesSchema();
   Schema b = a;

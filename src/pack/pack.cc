@@ -214,7 +214,8 @@ Result<PackSummary> PackImageFolder(const std::string& root, const std::string& 
   if (ec) return Status::IOError("cannot list " + root + ": " + ec.message());
   if (paths.empty()) {
     return Status::InvalidArgument(root + ": no .jpg/.jpeg/.png images in class sub-folders (" +
-                                   std::to_string(classes.size()) + " sub-folders found)");
+                                   std::to_string(classes.size()) + " sub-folder(s), " +
+                                   std::to_string(ignored) + " other file(s) ignored)");
   }
   format::WriterOptions wo;
   wo.class_names = classes;
@@ -322,7 +323,8 @@ Result<PackSummary> PackIdx(const IdxSpec& spec, const std::string& out,
                             const PackOptions& options) {
   SATURATE_ASSIGN_OR_RETURN(IdxArray images, ReadIdx(spec.images_path));
   SATURATE_ASSIGN_OR_RETURN(IdxArray labels, ReadIdx(spec.labels_path));
-  SATURATE_RETURN_IF_ERROR(CheckIdxPair(images, labels));
+  SATURATE_RETURN_IF_ERROR(
+      CheckIdxPair(images, labels).WithContext(spec.images_path + ", " + spec.labels_path));
   const uint64_t n = images.dims[0];
   const uint64_t h = images.dims[1], w = images.dims[2];
   const uint8_t max_label =

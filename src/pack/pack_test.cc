@@ -130,6 +130,16 @@ TEST_F(PackTest, RefusesToOverwriteUnlessForcedAndOnlyDatasets) {
   EXPECT_TRUE(fs::exists(precious + "/thesis.txt"));
 }
 
+TEST_F(PackTest, ReplaceKilledMidwayIsRecoveredByTheNextPack) {
+  std::string root = MakeFolder(2);
+  SATURATE_ASSERT_OK(PackImageFolder(root, Out(), {}).status());
+  fs::rename(Out(), Out() + ".old");  // as if killed between the two renames of a --force
+  auto again = PackImageFolder(root, Out(), {});
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);  // old dataset is back
+  EXPECT_TRUE(format::Dataset::Open(Out()).ok());
+  EXPECT_FALSE(fs::exists(Out() + ".old"));
+}
+
 TEST_F(PackTest, EmptyOrMissingInputIsAClearError) {
   fs::create_directories(dir_.Join("empty/cls"));
   auto empty = PackImageFolder(dir_.Join("empty"), Out(), {});

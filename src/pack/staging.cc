@@ -15,6 +15,19 @@ std::string Parent(const std::string& path) {
   return p.empty() ? "." : p;
 }
 
+bool IsDataset(const std::string& dir) {
+  std::error_code ec;
+  return fs::exists(dir + "/" + std::string(format::kManifestFile), ec);
+}
+
+// A replace killed between "OUT -> OUT.old" and "OUT.partial -> OUT" leaves
+// the old dataset in OUT.old and nothing at OUT: put it back.
+void RecoverInterruptedReplace(const std::string& out) {
+  std::error_code ec;
+  const std::string old = out + ".old";
+  if (!fs::exists(out, ec) && IsDataset(old)) fs::rename(old, out, ec);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Staging>> Staging::Begin(const std::string& out_arg, bool force) {
@@ -25,11 +38,12 @@ Result<std::unique_ptr<Staging>> Staging::Begin(const std::string& out_arg, bool
     return Status::InvalidArgument("output '" + out_arg + "' must name a new directory");
   }
   std::error_code ec;
+  RecoverInterruptedReplace(out);
   if (fs::exists(out, ec)) {
     if (!fs::is_directory(out, ec))
       return Status::AlreadyExists(out + " exists and is not a directory");
     bool empty = fs::is_empty(out, ec);
-    bool dataset = fs::exists(out + "/" + std::string(format::kManifestFile), ec);
+    bool dataset = IsDataset(out);
     if (!empty && !force) {
       return Status::AlreadyExists(out + " exists; pass --force to replace it");
     }
