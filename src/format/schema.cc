@@ -1,8 +1,10 @@
 #include "saturate/format/schema.h"
 
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
 
 #include "format/shard_format.h"
 
@@ -19,6 +21,19 @@ constexpr std::string_view kKindNames[] = {"bytes",   "image", "int64",
 constexpr std::string_view kDTypeNames[] = {"uint8", "int32", "int64", "float16", "float32"};
 constexpr size_t kDTypeSizes[] = {1, 4, 8, 2, 4};
 
+template <typename T>
+bool FitsInteger(const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= std::numeric_limits<T>::max();
+  if (v.is_number_integer()) {
+    int64_t i = v.get<int64_t>();
+    return std::is_signed_v<T>
+               ? i >= std::numeric_limits<T>::min() &&
+                     i <= static_cast<int64_t>(std::numeric_limits<T>::max())
+               : i >= 0 && static_cast<uint64_t>(i) <= std::numeric_limits<T>::max();
+  }
+  return false;
+}
+
 // Reads `obj[key]` as T, or returns Corruption naming `source` and `where`.
 template <typename T>
 Status Get(const json& obj, const char* key, std::string_view source, const std::string& where,
@@ -28,6 +43,17 @@ Status Get(const json& obj, const char* key, std::string_view source, const std:
     return Status::Corruption(std::string(source) + ": " + where + ": missing key '" + key + "'");
   }
   try {
+    // nlohmann converts reals to integers without a range check (UB): only
+    // accept integers that fit.
+    if constexpr (std::is_integral_v<T>) {
+      if (!FitsInteger<T>(*it))
+        throw json::type_error::create(302, "not an integer in range", it.operator->());
+    } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+      if (!it->is_array()) throw json::type_error::create(302, "not an array", it.operator->());
+      for (const json& v : *it) {
+        if (!FitsInteger<int64_t>(v)) throw json::type_error::create(302, "not an integer", &v);
+      }
+    }
     *out = it->get<T>();
   } catch (const json::exception&) {
     return Status::Corruption(std::string(source) + ": " + where + ": key '" + key +

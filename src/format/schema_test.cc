@@ -72,6 +72,14 @@ TEST(ManifestTest, ParseErrorsNameSourceAndKey) {
   auto type = ParseManifest(replace("\"type\": \"int64\"", "\"type\": \"complex\""), "m");
   EXPECT_NE(type.status().message().find("field 'label': unknown type 'complex'"),
             std::string::npos);
+  auto real_version =
+      ParseManifest(replace("\"format_version\": 1", "\"format_version\": 5.5e35"), "m");
+  EXPECT_NE(real_version.status().message().find("'format_version' has the wrong type"),
+            std::string::npos);
+  auto real_shape = ParseManifest(replace("\"shape\": [\n", "\"shape\": [2.5,\n"), "m");
+  EXPECT_EQ(real_shape.status().code(), StatusCode::kCorruption);
+  auto negative = ParseManifest(replace("\"records\": 3", "\"records\": -3"), "m");
+  EXPECT_NE(negative.status().message().find("'records' has the wrong type"), std::string::npos);
   auto escape = ParseManifest(replace("shard-00001.srec", "../etc/passwd"), "m");
   EXPECT_NE(escape.status().message().find("invalid file name"), std::string::npos);
   auto missing = ParseManifest(replace("\"shards\"", "\"shardz\""), "m");
