@@ -28,4 +28,15 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
+::testing::AssertionResult HasError(const Status& s, StatusCode code,
+                                    std::initializer_list<std::string_view> parts) {
+  if (s.code() != code) return ::testing::AssertionFailure() << "got " << s.ToString();
+  for (std::string_view part : parts) {
+    if (s.message().find(part) == std::string::npos) {
+      return ::testing::AssertionFailure() << "'" << part << "' not in " << s.ToString();
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace saturate::testing

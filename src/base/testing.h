@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <string>
+#include <string_view>
 
 #include "saturate/base/status.h"
 
@@ -24,6 +26,10 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// Passes when `s` has `code` and its message contains every part.
+::testing::AssertionResult HasError(const Status& s, StatusCode code,
+                                    std::initializer_list<std::string_view> parts);
 
 }  // namespace saturate::testing
 

@@ -10,17 +10,7 @@
 namespace saturate::pack {
 namespace {
 
-// Passes when `s` has `code` and its message contains every part.
-::testing::AssertionResult HasError(const Status& s, StatusCode code,
-                                    std::initializer_list<std::string_view> parts) {
-  if (s.code() != code) return ::testing::AssertionFailure() << "got " << s.ToString();
-  for (std::string_view part : parts) {
-    if (s.message().find(part) == std::string::npos) {
-      return ::testing::AssertionFailure() << "'" << part << "' not in " << s.ToString();
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
+using saturate::testing::HasError;
 
 ::testing::AssertionResult CsvFails(std::string_view text,
                                     std::initializer_list<std::string_view> parts) {
