@@ -1,0 +1,211 @@
+// Loader: the training input pipeline. Reads records of a saturate dataset,
+// decodes and augments them on a pool of threads that write each sample
+// straight into its slot of a batch buffer, and hands out whole batches in
+// order, `prefetch` batches ahead of the consumer.
+//
+//   sampler (seed, epoch, rank) -> record reads (mmap) -> decode + augment
+//   (threads, into the batch slot) -> ordered batches -> consumer
+//
+// Determinism: the order of samples depends only on (seed, epoch, rank,
+// world_size); the random augmentation of a sample only on (seed, epoch,
+// record index). Output bytes are therefore identical for any thread count,
+// and state() / Restore() resume exactly where a run stopped.
+//
+// Memory: batch buffers come from a bounded pool of `prefetch +
+// max_held_batches` buffers of batch_bytes() each, allocated once through a
+// BatchAllocator (pinned memory later); nothing is allocated per sample in
+// the steady state. A consumer that keeps more than `max_held_batches`
+// batches alive gets an error from Next() instead of a deadlock.
+//
+// Errors: a sample that fails (corrupt record or image) reaches the consumer
+// as a Status from Next() naming the dataset, shard, record and stage; with
+// `skip_bad` it is dropped from its batch and counted instead.
+//
+// Ownership: a Batch holds its buffer until it (and every copy) is destroyed.
+// Batches may outlive the Loader. Thread-safety: one consumer thread calls
+// Next()/SetEpoch()/Restore(); stats() and state() may be called from any
+// thread.
+#ifndef SATURATE_FEED_LOADER_H_
+#define SATURATE_FEED_LOADER_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "saturate/base/status.h"
+#include "saturate/format/schema.h"
+
+namespace saturate::feed {
+
+using format::DType;
+
+// Where batch buffers come from. The default is 64-byte-aligned host memory;
+// the CUDA path hands in pinned memory.
+class BatchAllocator {
+ public:
+  virtual ~BatchAllocator() = default;
+  virtual Result<void*> Allocate(size_t bytes) = 0;
+  virtual void Free(void* ptr, size_t bytes) = 0;
+};
+std::shared_ptr<BatchAllocator> HostAllocator();
+
+enum class Layout : uint8_t { kCHW, kHWC };
+
+// How an image field becomes a [B, C, H, W] (or [B, H, W, C]) tensor, with
+// torchvision semantics.
+struct ImageTransform {
+  enum class Crop : uint8_t {
+    kRandomResized,  // RandomResizedCrop(size, scale, ratio): training
+    kCenter,         // Resize(shorter side = resize_shorter) + CenterCrop(size): evaluation
+  };
+  Crop crop = Crop::kRandomResized;
+  int height = 224;
+  int width = 224;
+  double scale_min = 0.08, scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
+  int resize_shorter = 256;
+  double flip_prob = 0.5;  // RandomHorizontalFlip(p); 0 disables
+  bool normalize = false;  // (x / 255 - mean) / std; floats only
+  std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};
+  std::array<float, 3> std = {0.229f, 0.224f, 0.225f};
+  Layout layout = Layout::kCHW;
+  DType dtype = DType::kUInt8;  // kUInt8, kFloat32 or kFloat16; float means x / 255
+};
+
+// Fixed-shape arrays: copied as stored, or converted to float as
+// (x * scale - mean) / std (e.g. Fashion-MNIST: scale 1/255).
+struct ArrayTransform {
+  bool to_float = false;
+  DType dtype = DType::kFloat32;  // when to_float: kFloat32 or kFloat16
+  float scale = 1.0f / 255.0f;
+  float mean = 0.0f;
+  float std = 1.0f;
+};
+
+// Variable-length arrays: padded with `pad_value` to the longest in the
+// batch, plus an int64 "<name>_lengths" tensor. Each sample may hold at most
+// `max_length` elements (the buffer is sized for it); longer ones are an
+// error unless `truncate`.
+struct VarArrayTransform {
+  uint64_t max_length = 0;
+  bool truncate = false;
+  int64_t pad_value = 0;
+};
+
+// Per-field options; a field's kind in the schema picks which part applies.
+// Scalars (int64, float32) need none. Fields of kind bytes are not output.
+struct FieldOptions {
+  std::string field;
+  ImageTransform image;
+  ArrayTransform array;
+  VarArrayTransform var_array;
+};
+
+struct LoaderOptions {
+  std::string dataset;
+  uint64_t batch_size = 32;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  bool drop_last = false;  // drop the epoch's last, incomplete batch
+  // Sharding for data-parallel training. Unset: from RANK/WORLD_SIZE
+  // (torchrun) or SLURM_PROCID/SLURM_NTASKS, else a single rank.
+  std::optional<uint32_t> rank;
+  std::optional<uint32_t> world_size;
+  bool drop_uneven = false;  // ranks: drop the tail (true) or pad by repeating (false)
+  int threads = 0;           // 0: auto (autotuned)
+  int prefetch = 0;          // batches in flight ahead of the consumer; 0: auto
+  int max_held_batches = 2;  // batches the consumer may keep alive at once
+  bool skip_bad = false;     // drop failing samples (counted) instead of failing
+  std::vector<FieldOptions> fields;
+  std::shared_ptr<BatchAllocator> allocator;  // default HostAllocator()
+};
+
+// A view of one output tensor inside a batch buffer.
+struct TensorView {
+  std::string name;
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> shape;  // shape[0] is the batch size
+  void* data = nullptr;
+  size_t bytes() const;
+};
+
+class BatchBuffer;  // a pooled buffer; returned to its pool when released
+
+class Batch {
+ public:
+  uint64_t epoch() const { return epoch_; }
+  uint64_t index() const { return index_; }  // batch number within the epoch
+  uint64_t size() const { return size_; }    // samples (fewer if some were skipped)
+  const std::vector<TensorView>& tensors() const { return tensors_; }
+  // The tensor called `name`, or nullptr.
+  const TensorView* Find(std::string_view name) const;
+
+ private:
+  friend class Loader;
+  uint64_t epoch_ = 0, index_ = 0, size_ = 0;
+  std::vector<TensorView> tensors_;
+  std::shared_ptr<BatchBuffer> buffer_;
+};
+
+// Where a loader stands in its stream of batches. Restore() checks that the
+// options it depends on match.
+struct LoaderState {
+  uint64_t epoch = 0;
+  uint64_t batches_done = 0;  // batches of `epoch` already delivered
+  uint64_t seed = 0;
+  uint64_t dataset_size = 0;
+  uint64_t batch_size = 0;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  std::string ToJson() const;
+  static Result<LoaderState> FromJson(std::string_view json);
+};
+
+// Counters since Open(). Times are summed over threads.
+struct LoaderStats {
+  uint64_t samples = 0;
+  uint64_t skipped = 0;
+  uint64_t read_ns = 0;
+  uint64_t decode_ns = 0;
+  uint64_t transform_ns = 0;
+  uint64_t batches_ready = 0;
+  uint64_t batches_delivered = 0;
+  uint64_t wait_ns = 0;  // consumer time blocked in Next()
+  int threads = 0;       // current values (the autotuner may change them)
+  int prefetch = 0;
+};
+
+class Loader {
+ public:
+  static Result<std::unique_ptr<Loader>> Open(const LoaderOptions& options);
+  ~Loader();  // stops the workers; never hangs, even mid-epoch
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  uint64_t batches_per_epoch() const;
+  uint64_t batch_bytes() const;  // bytes of one batch buffer
+  uint32_t rank() const;
+  uint32_t world_size() const;
+
+  // The next batch of the current epoch, or nullopt at its end.
+  Result<std::optional<Batch>> Next();
+  // Starts epoch `epoch` from its first batch (discarding work in flight).
+  Status SetEpoch(uint64_t epoch);
+
+  LoaderState state() const;
+  Status Restore(const LoaderState& state);
+  LoaderStats stats() const;
+
+ private:
+  class Impl;
+  explicit Loader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace saturate::feed
+
+#endif  // SATURATE_FEED_LOADER_H_

@@ -1,0 +1,471 @@
+#include "saturate/feed/loader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "feed/sample_plan.h"
+#include "feed/sampler.h"
+
+namespace saturate::feed {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kMaxPrefetch = 16;  // ring size: the most batches in flight
+constexpr int kDefaultPrefetch = 4;
+
+uint64_t Nanos(Clock::time_point a, Clock::time_point b) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+}
+
+class AlignedHostAllocator : public BatchAllocator {
+ public:
+  Result<void*> Allocate(size_t bytes) override {
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (p == nullptr)
+      return Status::IOError("out of memory allocating a " + std::to_string(bytes) + "-byte batch");
+    return p;
+  }
+  void Free(void* ptr, size_t) override { std::free(ptr); }
+};
+
+}  // namespace
+
+std::shared_ptr<BatchAllocator> HostAllocator() {
+  static auto allocator = std::make_shared<AlignedHostAllocator>();
+  return allocator;
+}
+
+size_t TensorView::bytes() const {
+  size_t n = format::DTypeSize(dtype);
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+const TensorView* Batch::Find(std::string_view name) const {
+  for (const TensorView& t : tensors_) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+// State shared by the loader, its workers and every outstanding buffer, so
+// that batches may outlive the loader. Everything is guarded by `mu`.
+struct Shared {
+  std::mutex mu;
+  std::condition_variable work_cv;   // workers: work or a buffer became available
+  std::condition_variable ready_cv;  // consumer: a batch completed
+  bool stop = false;
+
+  // The buffer pool: at most `capacity` buffers, allocated on first use.
+  std::shared_ptr<BatchAllocator> allocator;
+  size_t buffer_bytes = 0;
+  size_t capacity = 0;
+  size_t allocated = 0;
+  std::vector<std::byte*> free;
+
+  ~Shared() {
+    for (std::byte* p : free) allocator->Free(p, buffer_bytes);
+  }
+};
+
+// A pooled buffer; goes back to the free list when the last Batch copy dies.
+class BatchBuffer {
+ public:
+  BatchBuffer(std::shared_ptr<Shared> shared, std::byte* data)
+      : shared_(std::move(shared)), data_(data) {}
+  ~BatchBuffer() {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->free.push_back(data_);
+    shared_->work_cv.notify_all();
+  }
+  std::byte* data() const { return data_; }
+
+ private:
+  std::shared_ptr<Shared> shared_;
+  std::byte* data_;
+};
+
+class Loader::Impl {
+ public:
+  // One batch being produced, in ring position batch % kMaxPrefetch.
+  struct Slot {
+    uint64_t batch = UINT64_MAX;  // which batch of the epoch, UINT64_MAX when idle
+    std::shared_ptr<BatchBuffer> buffer;
+    uint64_t count = 0;      // samples in this batch
+    uint64_t remaining = 0;  // samples not yet written
+    std::vector<uint8_t> valid;
+    Status error;
+    uint64_t error_slot = UINT64_MAX;  // keep the first failing sample's error
+  };
+
+  Impl(LoaderOptions options, std::unique_ptr<format::Dataset> dataset, Sampler sampler,
+       SamplePlan plan)
+      : options_(std::move(options)),
+        dataset_(std::move(dataset)),
+        sampler_(std::move(sampler)),
+        plan_(std::move(plan)),
+        shared_(std::make_shared<Shared>()),
+        slots_(kMaxPrefetch) {}
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      shared_->stop = true;
+    }
+    shared_->work_cv.notify_all();
+    shared_->ready_cv.notify_all();
+    for (std::thread& t : workers_) t.join();
+    // slots_ (and their buffers) go with the members, after the workers.
+  }
+
+  Status Start() {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads_ = options_.threads > 0 ? options_.threads : cores;
+    prefetch_ =
+        options_.prefetch > 0 ? std::min(options_.prefetch, kMaxPrefetch) : kDefaultPrefetch;
+    if (options_.max_held_batches < 1) {
+      return Status::InvalidArgument("max_held_batches must be at least 1");
+    }
+    shared_->allocator = options_.allocator ? options_.allocator : HostAllocator();
+    shared_->buffer_bytes = plan_.batch_bytes();
+    shared_->capacity = static_cast<size_t>(prefetch_ + options_.max_held_batches);
+    // Split batches into chunks so every thread gets work and locking stays rare.
+    chunk_ = std::max<uint64_t>(1, options_.batch_size / (4 * static_cast<uint64_t>(threads_)));
+    {
+      std::unique_lock<std::mutex> lock(shared_->mu);
+      StartEpochLocked(0, 0, &lock);
+    }
+    for (int i = 0; i < threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+    return Status::OK();
+  }
+
+  uint64_t batches_per_epoch() const {
+    const uint64_t n = sampler_.samples_per_rank(), b = options_.batch_size;
+    return options_.drop_last ? n / b : (n + b - 1) / b;
+  }
+
+  Result<std::optional<Batch>> Next() {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    if (delivered_ >= batches_per_epoch()) return std::optional<Batch>();
+    Slot& slot = slots_[delivered_ % kMaxPrefetch];
+    auto t0 = Clock::now();
+    while (!(slot.batch == delivered_ && slot.remaining == 0)) {
+      if (slot.batch != delivered_ && shared_->free.empty() &&
+          shared_->allocated >= shared_->capacity) {
+        // Every buffer is held by the consumer: no batch can be produced.
+        return Status::InvalidArgument("the consumer holds " + std::to_string(shared_->capacity) +
+                                       " batches; release some or raise max_held_batches (now " +
+                                       std::to_string(options_.max_held_batches) + ")");
+      }
+      shared_->ready_cv.wait(lock);
+    }
+    wait_ns_ += Nanos(t0, Clock::now());
+    Batch batch;
+    batch.epoch_ = epoch_;
+    batch.index_ = delivered_;
+    batch.buffer_ = std::move(slot.buffer);
+    Status error = std::move(slot.error);
+    finish_valid_.assign(slot.valid.begin(), slot.valid.end());  // reuses capacity
+    const uint64_t count = slot.count;
+    slot.batch = UINT64_MAX;
+    slot.error = Status::OK();
+    slot.error_slot = UINT64_MAX;
+    ++delivered_;
+    ++batches_delivered_;
+    lock.unlock();
+    shared_->work_cv.notify_all();
+
+    if (!error.ok()) return error;
+    batch.tensors_ = plan_.Finish(batch.buffer_->data(), finish_valid_, count, &batch.size_);
+    return std::optional<Batch>(std::move(batch));
+  }
+
+  Status SetEpoch(uint64_t epoch, uint64_t batches_done) {
+    if (batches_done > batches_per_epoch()) {
+      return Status::InvalidArgument("state is past the end of the epoch");
+    }
+    std::vector<std::shared_ptr<BatchBuffer>> released;
+    {
+      std::unique_lock<std::mutex> lock(shared_->mu);
+      released = StartEpochLocked(epoch, batches_done, &lock);
+    }
+    shared_->work_cv.notify_all();
+    return Status::OK();  // `released` returns its buffers to the pool here
+  }
+
+  LoaderState state() const {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    return LoaderState{
+        epoch_,          delivered_,           options_.seed, dataset_->size(), options_.batch_size,
+        sampler_.options().shard.rank, sampler_.options().shard.world_size};
+  }
+
+  LoaderStats stats() const {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    LoaderStats s = stats_;
+    s.batches_delivered = batches_delivered_;
+    s.wait_ns = wait_ns_;
+    s.threads = threads_;
+    s.prefetch = prefetch_;
+    return s;
+  }
+
+  const LoaderOptions& options() const { return options_; }
+  const Sampler& sampler() const { return sampler_; }
+  const SamplePlan& plan() const { return plan_; }
+  uint64_t dataset_size() const { return dataset_->size(); }
+
+ private:
+  // Resets production to batch `first` of `epoch`. Waits for chunks in
+  // progress to finish (they write into buffers about to be reused) and
+  // returns the in-flight buffers, to be released once `lock` is dropped.
+  std::vector<std::shared_ptr<BatchBuffer>> StartEpochLocked(uint64_t epoch, uint64_t first,
+                                                             std::unique_lock<std::mutex>* lock) {
+    pausing_ = true;
+    shared_->ready_cv.wait(*lock, [&] { return busy_ == 0; });
+    pausing_ = false;
+    epoch_ = epoch;
+    sampler_.EpochIndices(epoch, &order_);
+    delivered_ = first;
+    cursor_batch_ = first;
+    cursor_offset_ = 0;
+    std::vector<std::shared_ptr<BatchBuffer>> released;
+    for (Slot& s : slots_) {
+      s.batch = UINT64_MAX;
+      s.remaining = 0;
+      s.error = Status::OK();
+      s.error_slot = UINT64_MAX;
+      if (s.buffer) released.push_back(std::move(s.buffer));
+    }
+    return released;
+  }
+
+  uint64_t BatchCount(uint64_t b) const {
+    return std::min<uint64_t>(options_.batch_size, order_.size() - b * options_.batch_size);
+  }
+
+  bool CanStartLocked() const {
+    if (pausing_) return false;
+    if (cursor_batch_ >= batches_per_epoch()) return false;
+    if (cursor_batch_ >= delivered_ + static_cast<uint64_t>(prefetch_)) return false;
+    if (cursor_offset_ > 0) return true;
+    return !shared_->free.empty() || shared_->allocated < shared_->capacity;
+  }
+
+  Result<std::byte*> AcquireLocked() {
+    if (!shared_->free.empty()) {
+      std::byte* p = shared_->free.back();
+      shared_->free.pop_back();
+      return p;
+    }
+    SATURATE_ASSIGN_OR_RETURN(void* p, shared_->allocator->Allocate(shared_->buffer_bytes));
+    ++shared_->allocated;
+    return static_cast<std::byte*>(p);
+  }
+
+  void WorkerLoop() {
+    SampleScratch scratch;
+    std::vector<uint64_t> indices;
+    indices.reserve(chunk_);
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    while (true) {
+      shared_->work_cv.wait(lock, [&] { return shared_->stop || CanStartLocked(); });
+      if (shared_->stop) return;
+      // Claim a chunk of the batch under the cursor.
+      const uint64_t b = cursor_batch_;
+      Slot& slot = slots_[b % kMaxPrefetch];
+      if (cursor_offset_ == 0) {
+        auto buffer = AcquireLocked();
+        if (!buffer.ok()) {
+          slot.error = buffer.status();
+          slot.batch = b;
+          slot.remaining = 0;
+          ++cursor_batch_;
+          shared_->ready_cv.notify_all();
+          continue;
+        }
+        slot.buffer = std::make_shared<BatchBuffer>(shared_, *buffer);
+        slot.batch = b;
+        slot.count = BatchCount(b);
+        slot.remaining = slot.count;
+        slot.valid.assign(slot.count, 1);
+      }
+      const uint64_t begin = cursor_offset_;
+      const uint64_t end = std::min(begin + chunk_, slot.count);
+      cursor_offset_ = end;
+      if (end == slot.count) {
+        ++cursor_batch_;
+        cursor_offset_ = 0;
+      }
+      indices.assign(order_.begin() + b * options_.batch_size + begin,
+                     order_.begin() + b * options_.batch_size + end);
+      const uint64_t epoch = epoch_;
+      std::byte* data = slot.buffer->data();
+      ++busy_;
+      lock.unlock();
+
+      LoaderStats local;
+      StageTimes times;
+      Status first_error;
+      uint64_t first_error_slot = UINT64_MAX;
+      std::vector<uint64_t> failed;  // small; usually empty
+      for (uint64_t k = 0; k < indices.size(); ++k) {
+        Status s = ProduceSample(indices[k], epoch, begin + k, data, &scratch, &times, &local);
+        if (!s.ok()) {
+          failed.push_back(begin + k);
+          if (first_error.ok()) {
+            first_error = s;
+            first_error_slot = begin + k;
+          }
+        }
+      }
+
+      lock.lock();
+      stats_.samples += local.samples;
+      stats_.read_ns += local.read_ns;
+      stats_.decode_ns += times.decode_ns;
+      stats_.transform_ns += times.transform_ns;
+      if (--busy_ == 0 && pausing_) shared_->ready_cv.notify_all();
+      for (uint64_t f : failed) {
+        slot.valid[f] = 0;
+        if (options_.skip_bad) ++stats_.skipped;
+      }
+      if (!options_.skip_bad && !first_error.ok() && first_error_slot < slot.error_slot) {
+        slot.error = first_error;
+        slot.error_slot = first_error_slot;
+      }
+      slot.remaining -= indices.size();
+      if (slot.remaining == 0) {
+        ++stats_.batches_ready;
+        shared_->ready_cv.notify_all();
+      }
+    }
+  }
+
+  Status ProduceSample(uint64_t index, uint64_t epoch, uint64_t slot, std::byte* data,
+                       SampleScratch* scratch, StageTimes* times, LoaderStats* local) {
+    auto t0 = Clock::now();
+    auto record = dataset_->Get(index);
+    local->read_ns += Nanos(t0, Clock::now());
+    if (!record.ok()) return record.status().WithContext("read");
+    Status s = plan_.WriteSample(*record, index, options_.seed, epoch, slot, data, scratch, times);
+    if (!s.ok()) {
+      return s.WithContext(dataset_->dir() + ": record " + std::to_string(index));
+    }
+    ++local->samples;
+    return Status::OK();
+  }
+
+  const LoaderOptions options_;
+  const std::unique_ptr<format::Dataset> dataset_;
+  const Sampler sampler_;
+  const SamplePlan plan_;
+  std::shared_ptr<Shared> shared_;
+  std::vector<std::thread> workers_;
+  int threads_ = 1;
+  int prefetch_ = kDefaultPrefetch;
+  uint64_t chunk_ = 1;
+
+  // Guarded by shared_->mu.
+  std::vector<Slot> slots_;
+  std::vector<uint64_t> order_;  // this rank's record indices for epoch_
+  std::vector<uint8_t> finish_valid_;  // consumer's copy of a batch's valid flags
+  int busy_ = 0;          // workers processing a claimed chunk
+  bool pausing_ = false;  // an epoch reset waits for busy_ == 0
+  uint64_t epoch_ = 0;
+  uint64_t delivered_ = 0;  // batches of epoch_ handed to the consumer
+  uint64_t cursor_batch_ = 0, cursor_offset_ = 0;
+  uint64_t batches_delivered_ = 0;
+  uint64_t wait_ns_ = 0;
+  LoaderStats stats_;
+};
+
+Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Loader::~Loader() = default;
+
+Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
+  if (options.batch_size == 0) return Status::InvalidArgument("batch_size must be positive");
+  SATURATE_ASSIGN_OR_RETURN(auto dataset, format::Dataset::Open(options.dataset));
+  ShardSpec shard;
+  if (options.rank || options.world_size) {
+    shard.rank = options.rank.value_or(0);
+    shard.world_size = options.world_size.value_or(1);
+  } else {
+    SATURATE_ASSIGN_OR_RETURN(shard, ShardSpecFromEnv());
+  }
+  SamplerOptions so;
+  so.dataset_size = dataset->size();
+  so.shuffle = options.shuffle;
+  so.seed = options.seed;
+  so.drop_uneven = options.drop_uneven;
+  so.shard = shard;
+  SATURATE_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(so));
+  SATURATE_ASSIGN_OR_RETURN(
+      SamplePlan plan, SamplePlan::Create(dataset->schema(), options.fields, options.batch_size));
+  auto impl =
+      std::make_unique<Impl>(options, std::move(dataset), std::move(sampler), std::move(plan));
+  SATURATE_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
+
+uint64_t Loader::batches_per_epoch() const { return impl_->batches_per_epoch(); }
+uint64_t Loader::batch_bytes() const { return impl_->plan().batch_bytes(); }
+uint32_t Loader::rank() const { return impl_->sampler().options().shard.rank; }
+uint32_t Loader::world_size() const { return impl_->sampler().options().shard.world_size; }
+Result<std::optional<Batch>> Loader::Next() { return impl_->Next(); }
+Status Loader::SetEpoch(uint64_t epoch) { return impl_->SetEpoch(epoch, 0); }
+LoaderState Loader::state() const { return impl_->state(); }
+LoaderStats Loader::stats() const { return impl_->stats(); }
+
+Status Loader::Restore(const LoaderState& s) {
+  LoaderState now = state();
+  if (s.seed != now.seed || s.dataset_size != now.dataset_size || s.batch_size != now.batch_size ||
+      s.rank != now.rank || s.world_size != now.world_size) {
+    return Status::InvalidArgument(
+        "loader state does not match this loader (seed, dataset size, batch size, rank and "
+        "world size must be equal): state " +
+        s.ToJson() + ", loader " + now.ToJson());
+  }
+  return impl_->SetEpoch(s.epoch, s.batches_done);
+}
+
+}  // namespace saturate::feed
+
+namespace saturate::feed {
+
+std::string LoaderState::ToJson() const {
+  return nlohmann::json{{"epoch", epoch},         {"batches_done", batches_done},
+                        {"seed", seed},           {"dataset_size", dataset_size},
+                        {"batch_size", batch_size}, {"rank", rank},
+                        {"world_size", world_size}}
+      .dump();
+}
+
+Result<LoaderState> LoaderState::FromJson(std::string_view text) {
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::InvalidArgument("loader state is not a JSON object");
+  }
+  LoaderState s;
+  try {
+    s.epoch = j.at("epoch").get<uint64_t>();
+    s.batches_done = j.at("batches_done").get<uint64_t>();
+    s.seed = j.at("seed").get<uint64_t>();
+    s.dataset_size = j.at("dataset_size").get<uint64_t>();
+    s.batch_size = j.at("batch_size").get<uint64_t>();
+    s.rank = j.at("rank").get<uint32_t>();
+    s.world_size = j.at("world_size").get<uint32_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(std::string("loader state: ") + e.what());
+  }
+  return s;
+}
+
+}  // namespace saturate::feed

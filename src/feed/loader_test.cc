@@ -1,0 +1,374 @@
+#include "saturate/feed/loader.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "base/testing.h"
+#include "format/shard_format.h"
+#include "image/codec.h"
+#include "saturate/format/writer.h"
+
+namespace saturate::feed {
+namespace {
+
+namespace fs = std::filesystem;
+using format::FieldKind;
+using format::FieldSpec;
+
+// Records: pixels uint8[4,4] filled with (i % 251), label = i, tokens int32[i % 5].
+Status WriteArrayDataset(const std::string& dir, uint64_t n) {
+  format::Schema schema{{FieldSpec{"pixels", FieldKind::kArray, DType::kUInt8, {4, 4}},
+                         FieldSpec{"label", FieldKind::kInt64},
+                         FieldSpec{"tokens", FieldKind::kVarArray, DType::kInt32}}};
+  SATURATE_ASSIGN_OR_RETURN(auto w, format::DatasetWriter::Create(dir, schema, {.shard_bytes = 4096}));
+  for (uint64_t i = 0; i < n; ++i) {
+    std::vector<uint8_t> px(16, static_cast<uint8_t>(i % 251));
+    int64_t label = static_cast<int64_t>(i);
+    std::vector<int32_t> tokens(i % 5, static_cast<int32_t>(i));
+    std::vector<std::span<const std::byte>> f{format::AsBytes(std::span<const uint8_t>(px)),
+                                              format::AsBytes(label),
+                                              format::AsBytes(std::span<const int32_t>(tokens))};
+    SATURATE_RETURN_IF_ERROR(w->Append(f));
+  }
+  return w->Finish();
+}
+
+// Records: a small JPEG of a gradient keyed on i, label = i.
+Status WriteImageDataset(const std::string& dir, uint64_t n) {
+  format::Schema schema{{FieldSpec{"image", FieldKind::kImage}, FieldSpec{"label", FieldKind::kInt64}}};
+  SATURATE_ASSIGN_OR_RETURN(auto w, format::DatasetWriter::Create(dir, schema));
+  for (uint64_t i = 0; i < n; ++i) {
+    const int width = 64 + static_cast<int>(i % 7) * 8, height = 48 + static_cast<int>(i % 5) * 8;
+    std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
+    for (size_t p = 0; p < rgb.size(); ++p) rgb[p] = static_cast<uint8_t>((p * (i + 3)) % 256);
+    SATURATE_ASSIGN_OR_RETURN(auto jpeg, image::EncodeJpeg(rgb.data(), width, height, 85));
+    int64_t label = static_cast<int64_t>(i);
+    std::vector<std::span<const std::byte>> f{jpeg, format::AsBytes(label)};
+    SATURATE_RETURN_IF_ERROR(w->Append(f));
+  }
+  return w->Finish();
+}
+
+LoaderOptions ArrayOptions(const std::string& dir) {
+  LoaderOptions o;
+  o.dataset = dir;
+  o.batch_size = 8;
+  o.seed = 7;
+  o.rank = 0;
+  o.world_size = 1;
+  o.fields = {FieldOptions{.field = "tokens", .var_array = {.max_length = 8}}};
+  return o;
+}
+
+LoaderOptions ImageOptions(const std::string& dir, int threads) {
+  LoaderOptions o;
+  o.dataset = dir;
+  o.batch_size = 5;
+  o.seed = 3;
+  o.threads = threads;
+  o.rank = 0;
+  o.world_size = 1;
+  FieldOptions image{.field = "image"};
+  image.image.height = image.image.width = 32;
+  o.fields = {image};
+  return o;
+}
+
+// Every batch of the current epoch, as raw bytes per tensor, concatenated.
+std::vector<std::string> Drain(Loader* loader) {
+  std::vector<std::string> out;
+  while (true) {
+    auto next = loader->Next();
+    EXPECT_TRUE(next.ok()) << next.status().ToString();
+    if (!next.ok() || !next->has_value()) break;
+    std::string bytes;
+    for (const TensorView& t : (*next)->tensors()) {
+      bytes.append(static_cast<const char*>(t.data), t.bytes());
+    }
+    out.push_back(std::move(bytes));
+  }
+  return out;
+}
+
+std::vector<int64_t> Labels(const Batch& b) {
+  const TensorView* t = b.Find("label");
+  const auto* p = static_cast<const int64_t*>(t->data);
+  return std::vector<int64_t>(p, p + t->shape[0]);
+}
+
+TEST(LoaderTest, EverySampleOncePerEpochAndEpochsDiffer) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteArrayDataset(dir.path(), 100));
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(ArrayOptions(dir.path())));
+  EXPECT_EQ(loader->batches_per_epoch(), 13u);
+  std::vector<int64_t> epoch0, epoch1;
+  for (auto* labels : {&epoch0, &epoch1}) {
+    while (true) {
+      SATURATE_ASSERT_OK_AND_ASSIGN(auto b, loader->Next());
+      if (!b) break;
+      const TensorView* px = b->Find("pixels");
+      ASSERT_EQ(px->shape, (std::vector<int64_t>{static_cast<int64_t>(b->size()), 4, 4}));
+      auto l = Labels(*b);
+      for (size_t s = 0; s < l.size(); ++s) {  // pixels travel with their label
+        EXPECT_EQ(static_cast<const uint8_t*>(px->data)[s * 16 + 5], l[s] % 251);
+      }
+      labels->insert(labels->end(), l.begin(), l.end());
+    }
+    SATURATE_ASSERT_OK(loader->SetEpoch(1));
+  }
+  EXPECT_EQ(std::set<int64_t>(epoch0.begin(), epoch0.end()).size(), 100u);
+  EXPECT_EQ(std::set<int64_t>(epoch1.begin(), epoch1.end()).size(), 100u);
+  EXPECT_NE(epoch0, epoch1);
+  EXPECT_EQ(loader->stats().batches_delivered, 26u);
+}
+
+TEST(LoaderTest, VarArraysArePaddedToTheBatchMaximumWithLengths) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteArrayDataset(dir.path(), 20));
+  LoaderOptions o = ArrayOptions(dir.path());
+  o.shuffle = false;
+  o.fields[0].var_array.pad_value = -1;
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(o));
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto b, loader->Next());  // records 0..7: lengths 0,1,2,3,4,0,1,2
+  const TensorView* tokens = b->Find("tokens");
+  const TensorView* lengths = b->Find("tokens_lengths");
+  ASSERT_NE(tokens, nullptr);
+  ASSERT_NE(lengths, nullptr);
+  EXPECT_EQ(tokens->shape, (std::vector<int64_t>{8, 4}));
+  const auto* len = static_cast<const int64_t*>(lengths->data);
+  const auto* tok = static_cast<const int32_t*>(tokens->data);
+  for (int s = 0; s < 8; ++s) {
+    EXPECT_EQ(len[s], s % 5);
+    for (int e = 0; e < 4; ++e) EXPECT_EQ(tok[s * 4 + e], e < s % 5 ? s : -1) << s << "," << e;
+  }
+}
+
+TEST(LoaderTest, ArrayToFloatNormalizes) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteArrayDataset(dir.path(), 10));
+  LoaderOptions o = ArrayOptions(dir.path());
+  o.shuffle = false;
+  o.fields.push_back(FieldOptions{.field = "pixels",
+                                  .array = {.to_float = true, .scale = 1.0f / 255, .mean = 0.5f, .std = 0.25f}});
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(o));
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto b, loader->Next());
+  const TensorView* px = b->Find("pixels");
+  EXPECT_EQ(px->dtype, DType::kFloat32);
+  const auto* f = static_cast<const float*>(px->data);
+  EXPECT_NEAR(f[3 * 16], (3 / 255.0f - 0.5f) / 0.25f, 1e-6);
+}
+
+TEST(LoaderTest, OutputBytesDoNotDependOnThreadCount) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteImageDataset(dir.path(), 37));
+  std::vector<std::string> reference;
+  for (int threads : {1, 2, 8}) {
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(ImageOptions(dir.path(), threads)));
+    auto batches = Drain(loader.get());
+    ASSERT_EQ(batches.size(), 8u);
+    if (reference.empty()) {
+      reference = batches;
+    } else {
+      EXPECT_TRUE(batches == reference) << threads << " threads differ";
+    }
+  }
+}
+
+TEST(LoaderTest, RestoreResumesWithIdenticalBytes) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteImageDataset(dir.path(), 23));
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto full, Loader::Open(ImageOptions(dir.path(), 2)));
+  SATURATE_ASSERT_OK(full->SetEpoch(4));
+  auto expected = Drain(full.get());
+  ASSERT_EQ(expected.size(), 5u);
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 6; ++trial) {
+    uint64_t k = rng() % (expected.size() + 1);
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto first, Loader::Open(ImageOptions(dir.path(), 2)));
+    SATURATE_ASSERT_OK(first->SetEpoch(4));
+    for (uint64_t i = 0; i < k; ++i) ASSERT_TRUE(first->Next().ok());
+    std::string saved = first->state().ToJson();
+    first.reset();  // as if the process ended
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto resumed, Loader::Open(ImageOptions(dir.path(), 3)));
+    SATURATE_ASSERT_OK_AND_ASSIGN(LoaderState state, LoaderState::FromJson(saved));
+    EXPECT_EQ(state.batches_done, k);
+    SATURATE_ASSERT_OK(resumed->Restore(state));
+    auto rest = Drain(resumed.get());
+    EXPECT_TRUE(std::equal(rest.begin(), rest.end(), expected.begin() + k, expected.end()))
+        << "resume after batch " << k;
+    EXPECT_EQ(rest.size(), expected.size() - k);
+  }
+  LoaderState wrong = full->state();
+  wrong.batch_size = 6;
+  EXPECT_EQ(full->Restore(wrong).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(LoaderTest, RanksAreDisjointAndCovering) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteArrayDataset(dir.path(), 50));
+  for (uint32_t world : {2u, 3u, 4u}) {
+    std::multiset<int64_t> seen;
+    for (uint32_t r = 0; r < world; ++r) {
+      LoaderOptions o = ArrayOptions(dir.path());
+      o.rank = r;
+      o.world_size = world;
+      o.drop_uneven = true;
+      SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(o));
+      while (true) {
+        SATURATE_ASSERT_OK_AND_ASSIGN(auto b, loader->Next());
+        if (!b) break;
+        for (int64_t l : Labels(*b)) seen.insert(l);
+      }
+    }
+    EXPECT_EQ(seen.size(), 50 / world * world);
+    EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << world;
+  }
+}
+
+// Flips a byte inside record `record`'s payload of the only shard.
+void CorruptRecord(const std::string& dir, uint64_t record) {
+  const std::string path = dir + "/" + format::ShardFileName(0);
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(f)), {});
+  auto bytes = std::as_bytes(std::span(all.data(), all.size()));
+  auto footer = format::DecodeFooter(bytes);
+  ASSERT_TRUE(footer.ok());
+  auto e = format::DecodeIndexEntry(bytes.data() + footer->index_offset + record * 24);
+  f.seekp(static_cast<std::streamoff>(e.offset + e.length - 70));
+  f.put('\x5a');
+}
+
+TEST(LoaderTest, CorruptRecordFailsItsBatchWithContextOrIsSkipped) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteImageDataset(dir.path(), 20));
+  CorruptRecord(dir.path(), 13);
+  LoaderOptions o = ImageOptions(dir.path(), 2);
+  o.shuffle = false;
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(o));
+  std::vector<Status> errors;
+  uint64_t batches = 0;
+  while (true) {
+    auto b = loader->Next();
+    if (!b.ok()) {
+      errors.push_back(b.status());
+      continue;
+    }
+    if (!*b) break;
+    ++batches;
+  }
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_TRUE(testing::HasError(errors[0], StatusCode::kCorruption,
+                                {"shard-00000.srec: record 13", "checksum", "read"}));
+  EXPECT_EQ(batches, 3u);
+
+  o.skip_bad = true;
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto skipping, Loader::Open(o));
+  uint64_t samples = 0;
+  while (true) {
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto b, skipping->Next());
+    if (!b) break;
+    samples += b->size();
+    for (int64_t l : Labels(*b)) EXPECT_NE(l, 13);
+  }
+  EXPECT_EQ(samples, 19u);
+  EXPECT_EQ(skipping->stats().skipped, 1u);
+}
+
+// Counts live buffers, to check the pool bound.
+class CountingAllocator : public BatchAllocator {
+ public:
+  Result<void*> Allocate(size_t bytes) override {
+    ++allocations;
+    peak = std::max(peak.load(), ++live);
+    return HostAllocator()->Allocate(bytes);
+  }
+  void Free(void* p, size_t bytes) override {
+    --live;
+    HostAllocator()->Free(p, bytes);
+  }
+  std::atomic<int> allocations{0}, live{0}, peak{0};
+};
+
+TEST(LoaderTest, MemoryIsBoundedByThePool) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteArrayDataset(dir.path(), 200));
+  auto counting = std::make_shared<CountingAllocator>();
+  LoaderOptions o = ArrayOptions(dir.path());
+  o.prefetch = 3;
+  o.max_held_batches = 2;
+  o.threads = 4;
+  o.allocator = counting;
+  {
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(o));
+    for (int epoch = 0; epoch < 10; ++epoch) {
+      SATURATE_ASSERT_OK(loader->SetEpoch(epoch));
+      EXPECT_EQ(Drain(loader.get()).size(), 25u);
+    }
+    EXPECT_LE(counting->peak.load(), 5);  // prefetch + max_held_batches
+  }
+  EXPECT_EQ(counting->live.load(), 0);  // all returned and freed
+}
+
+TEST(LoaderTest, HoldingTooManyBatchesIsAnErrorNotADeadlock) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteArrayDataset(dir.path(), 100));
+  LoaderOptions o = ArrayOptions(dir.path());
+  o.prefetch = 1;
+  o.max_held_batches = 1;
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(o));
+  std::vector<Batch> held;
+  Status error;
+  for (int i = 0; i < 4 && error.ok(); ++i) {
+    auto b = loader->Next();
+    if (b.ok()) {
+      held.push_back(std::move(**b));
+    } else {
+      error = b.status();
+    }
+  }
+  EXPECT_TRUE(testing::HasError(error, StatusCode::kInvalidArgument, {"max_held_batches"}));
+  held.clear();
+  EXPECT_TRUE(loader->Next().ok());  // released: production resumes
+}
+
+TEST(LoaderTest, EarlyDestructionNeverHangsAndBatchesOutliveTheLoader) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteImageDataset(dir.path(), 40));
+  std::optional<Batch> kept;
+  for (int i = 0; i < 5; ++i) {
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(ImageOptions(dir.path(), 4)));
+    if (i % 2 == 0) {
+      SATURATE_ASSERT_OK_AND_ASSIGN(auto b, loader->Next());
+      kept = std::move(b);
+    }
+  }  // destroyed with workers mid-epoch
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->Find("image")->shape, (std::vector<int64_t>{5, 3, 32, 32}));
+  kept.reset();
+}
+
+TEST(LoaderTest, BadOptionsAreClearErrors) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteArrayDataset(dir.path(), 10));
+  LoaderOptions o = ArrayOptions(dir.path());
+  o.fields.clear();  // var array without max_length
+  EXPECT_TRUE(testing::HasError(Loader::Open(o).status(), StatusCode::kInvalidArgument,
+                                {"'tokens'", "max_length"}));
+  o = ArrayOptions(dir.path());
+  o.fields.push_back(FieldOptions{.field = "nope"});
+  EXPECT_EQ(Loader::Open(o).status().code(), StatusCode::kNotFound);
+  o = ArrayOptions(dir.path());
+  o.rank = 3;
+  o.world_size = 2;
+  EXPECT_FALSE(Loader::Open(o).ok());
+  o = ArrayOptions(dir.path() + "/missing");
+  EXPECT_EQ(Loader::Open(o).status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace saturate::feed

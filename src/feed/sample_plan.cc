@@ -1,0 +1,303 @@
+#include "feed/sample_plan.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "feed/random.h"
+
+namespace saturate::feed {
+namespace {
+
+using format::FieldKind;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kSlotAlign = 64;
+
+uint64_t Nanos(Clock::time_point a, Clock::time_point b) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+}
+
+uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+uint64_t Product(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+// Adapts the counter-based sample stream to the image transforms' interface.
+class RngSource : public image::UniformSource {
+ public:
+  explicit RngSource(SampleRng* rng) : rng_(rng) {}
+  double Uniform() override { return rng_->Uniform(); }
+
+ private:
+  SampleRng* rng_;
+};
+
+const FieldOptions* FindOptions(const std::vector<FieldOptions>& options, const std::string& name) {
+  for (const FieldOptions& o : options) {
+    if (o.field == name) return &o;
+  }
+  return nullptr;
+}
+
+Status CheckImageOptions(const std::string& name, const ImageTransform& t) {
+  auto bad = [&](const std::string& what) {
+    return Status::InvalidArgument("field '" + name + "': " + what);
+  };
+  if (t.height <= 0 || t.width <= 0) return bad("image size must be positive");
+  if (t.dtype != DType::kUInt8 && t.dtype != DType::kFloat32 && t.dtype != DType::kFloat16) {
+    return bad("image dtype must be uint8, float32 or float16");
+  }
+  if (t.normalize && t.dtype == DType::kUInt8) return bad("normalize needs a float dtype");
+  if (!(t.scale_min > 0 && t.scale_min <= t.scale_max && t.scale_max <= 1)) {
+    return bad("scale must satisfy 0 < min <= max <= 1");
+  }
+  if (!(t.ratio_min > 0 && t.ratio_min <= t.ratio_max))
+    return bad("ratio must satisfy 0 < min <= max");
+  if (t.crop == ImageTransform::Crop::kCenter && t.resize_shorter <= 0) {
+    return bad("resize_shorter must be positive");
+  }
+  for (float s : t.std) {
+    if (t.normalize && s == 0) return bad("std must not be 0");
+  }
+  return Status::OK();
+}
+
+template <typename Src>
+void ScaleToFloat(const std::byte* bytes, uint64_t n, const ArrayTransform& t, float* dst) {
+  const float mul = t.scale / t.std, add = -t.mean / t.std;
+  const auto* src = reinterpret_cast<const Src*>(bytes);  // payloads are 64-byte aligned
+  for (uint64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * mul + add;
+}
+
+}  // namespace
+
+Status SamplePlan::ArrayToFloat(const Output& out, std::span<const std::byte> src, float* dst) {
+  const uint64_t n = Product(out.sample_shape);
+  const ArrayTransform& t = out.options.array;
+  switch (out.src_dtype) {
+    case DType::kUInt8:
+      ScaleToFloat<uint8_t>(src.data(), n, t, dst);
+      return Status::OK();
+    case DType::kInt32:
+      ScaleToFloat<int32_t>(src.data(), n, t, dst);
+      return Status::OK();
+    case DType::kInt64:
+      ScaleToFloat<int64_t>(src.data(), n, t, dst);
+      return Status::OK();
+    case DType::kFloat32:
+      ScaleToFloat<float>(src.data(), n, t, dst);
+      return Status::OK();
+    case DType::kFloat16:
+      break;
+  }
+  return Status::Unimplemented("field '" + out.name + "': to_float from float16");
+}
+
+Result<SamplePlan> SamplePlan::Create(const format::Schema& schema,
+                                      const std::vector<FieldOptions>& options,
+                                      uint64_t batch_size) {
+  if (batch_size == 0) return Status::InvalidArgument("batch_size must be positive");
+  for (const FieldOptions& o : options) {
+    SATURATE_RETURN_IF_ERROR(schema.FieldIndex(o.field).status());
+  }
+  SamplePlan plan;
+  plan.batch_size_ = batch_size;
+  for (size_t i = 0; i < schema.fields.size(); ++i) {
+    const format::FieldSpec& spec = schema.fields[i];
+    const FieldOptions* found = FindOptions(options, spec.name);
+    Output out{Kind::kScalar, spec.name, i};
+    if (found != nullptr) out.options = *found;
+    switch (spec.kind) {
+      case FieldKind::kBytes:
+        continue;  // not a tensor
+      case FieldKind::kInt64:
+        out.dtype = DType::kInt64;
+        break;
+      case FieldKind::kFloat32:
+        out.dtype = DType::kFloat32;
+        break;
+      case FieldKind::kImage: {
+        const ImageTransform& t = out.options.image;
+        SATURATE_RETURN_IF_ERROR(CheckImageOptions(spec.name, t));
+        out.kind = Kind::kImage;
+        out.dtype = t.dtype;
+        out.sample_shape = t.layout == Layout::kCHW ? std::vector<int64_t>{3, t.height, t.width}
+                                                    : std::vector<int64_t>{t.height, t.width, 3};
+        break;
+      }
+      case FieldKind::kArray:
+        out.kind = Kind::kArray;
+        out.src_dtype = spec.dtype;
+        out.dtype = out.options.array.to_float ? out.options.array.dtype : spec.dtype;
+        if (out.options.array.to_float && out.dtype != DType::kFloat32) {
+          return Status::InvalidArgument("field '" + spec.name + "': to_float supports float32");
+        }
+        out.sample_shape = spec.shape;
+        break;
+      case FieldKind::kVarArray: {
+        const VarArrayTransform& t = out.options.var_array;
+        if (t.max_length == 0) {
+          return Status::InvalidArgument("field '" + spec.name +
+                                         "': variable-length arrays need max_length");
+        }
+        out.kind = Kind::kVarArray;
+        out.dtype = spec.dtype;
+        out.sample_shape = {static_cast<int64_t>(t.max_length)};
+        break;
+      }
+    }
+    out.sample_bytes = Product(out.sample_shape) * format::DTypeSize(out.dtype);
+    plan.outputs_.push_back(out);
+    if (out.kind == Kind::kVarArray) {
+      Output lengths{Kind::kLengths, spec.name + "_lengths", i, DType::kInt64};
+      lengths.sample_bytes = 8;
+      plan.outputs_.push_back(lengths);
+    }
+  }
+  if (plan.outputs_.empty()) return Status::InvalidArgument("the dataset has no tensor fields");
+  for (Output& out : plan.outputs_) {
+    out.offset = plan.batch_bytes_;
+    plan.batch_bytes_ = AlignUp(plan.batch_bytes_ + out.sample_bytes * batch_size, kSlotAlign);
+  }
+  return plan;
+}
+
+Status SamplePlan::WriteImage(const Output& out, std::span<const std::byte> bytes,
+                              uint64_t record_index, uint64_t seed, uint64_t epoch, std::byte* dst,
+                              SampleScratch* scratch, StageTimes* times) const {
+  const ImageTransform& t = out.options.image;
+  auto t0 = Clock::now();
+  SATURATE_ASSIGN_OR_RETURN(image::ImageInfo info, image::ProbeImage(bytes));
+  image::CropRect crop;
+  bool flip = false;
+  if (t.crop == ImageTransform::Crop::kRandomResized) {
+    // One stream per (sample, field): crop first, then flip, as torchvision draws them.
+    SampleRng rng(seed ^ (out.field * 0x9E3779B97F4A7C15ull), epoch, record_index);
+    RngSource source(&rng);
+    crop = image::RandomResizedCropParams(info.width, info.height, t.scale_min, t.scale_max,
+                                          t.ratio_min, t.ratio_max, source);
+    flip = t.flip_prob > 0 && rng.Uniform() < t.flip_prob;
+  } else {
+    crop = image::ResizeThenCenterCropRect(info.width, info.height, t.resize_shorter, t.width,
+                                           t.height);
+  }
+  const bool direct = t.dtype == DType::kUInt8 && t.layout == Layout::kHWC;
+  const size_t pixel_bytes = static_cast<size_t>(t.width) * t.height * 3;
+  if (!direct && scratch->pixels.size() < pixel_bytes) scratch->pixels.resize(pixel_bytes);
+  uint8_t* rgb = direct ? reinterpret_cast<uint8_t*>(dst) : scratch->pixels.data();
+  SATURATE_RETURN_IF_ERROR(
+      image::DecodeCropResize(bytes, crop, t.width, t.height, flip, rgb, &scratch->decode));
+  auto t1 = Clock::now();
+  times->decode_ns += Nanos(t0, t1);
+  if (!direct) {
+    image::PixelType type = t.dtype == DType::kUInt8     ? image::PixelType::kUInt8
+                            : t.dtype == DType::kFloat32 ? image::PixelType::kFloat32
+                                                         : image::PixelType::kFloat16;
+    image::ConvertPixels(rgb, t.height, t.width, t.normalize ? t.mean.data() : nullptr,
+                         t.normalize ? t.std.data() : nullptr,
+                         t.layout == Layout::kCHW ? image::Layout::kCHW : image::Layout::kHWC, type,
+                         dst);
+    times->transform_ns += Nanos(t1, Clock::now());
+  }
+  return Status::OK();
+}
+
+Status SamplePlan::WriteSample(const format::Record& record, uint64_t record_index, uint64_t seed,
+                               uint64_t epoch, uint64_t slot, std::byte* buffer,
+                               SampleScratch* scratch, StageTimes* times) const {
+  for (const Output& out : outputs_) {
+    std::byte* dst = buffer + out.offset + slot * out.sample_bytes;
+    std::span<const std::byte> src = record.field(out.field);
+    switch (out.kind) {
+      case Kind::kImage: {
+        Status s = WriteImage(out, src, record_index, seed, epoch, dst, scratch, times);
+        if (!s.ok()) return s.WithContext("field '" + out.name + "': decode");
+        break;
+      }
+      case Kind::kScalar:
+        std::memcpy(dst, src.data(), out.sample_bytes);
+        break;
+      case Kind::kArray: {
+        auto t0 = Clock::now();
+        if (!out.options.array.to_float) {
+          std::memcpy(dst, src.data(), out.sample_bytes);
+        } else {
+          SATURATE_RETURN_IF_ERROR(ArrayToFloat(out, src, reinterpret_cast<float*>(dst)));
+        }
+        times->transform_ns += Nanos(t0, Clock::now());
+        break;
+      }
+      case Kind::kVarArray: {
+        const VarArrayTransform& t = out.options.var_array;
+        const uint64_t elem = format::DTypeSize(out.dtype);
+        uint64_t n = src.size() / elem;
+        if (n > t.max_length) {
+          if (!t.truncate) {
+            return Status::InvalidArgument("field '" + out.name + "': " + std::to_string(n) +
+                                           " elements exceed max_length " +
+                                           std::to_string(t.max_length));
+          }
+          n = t.max_length;
+        }
+        std::memcpy(dst, src.data(), n * elem);
+        // The lengths output follows this one in outputs_.
+        const Output& len = *(&out + 1);
+        int64_t n64 = static_cast<int64_t>(n);
+        std::memcpy(buffer + len.offset + slot * 8, &n64, 8);
+        break;
+      }
+      case Kind::kLengths:
+        break;  // written with its array
+    }
+  }
+  return Status::OK();
+}
+
+std::vector<TensorView> SamplePlan::Finish(std::byte* buffer, const std::vector<uint8_t>& valid,
+                                           uint64_t count, uint64_t* kept) const {
+  // Compact: move valid slots down over skipped ones, in every output.
+  uint64_t k = 0;
+  for (uint64_t s = 0; s < count; ++s) {
+    if (!valid[s]) continue;
+    if (k != s) {
+      for (const Output& out : outputs_) {
+        std::memmove(buffer + out.offset + k * out.sample_bytes,
+                     buffer + out.offset + s * out.sample_bytes, out.sample_bytes);
+      }
+    }
+    ++k;
+  }
+  *kept = k;
+  std::vector<TensorView> views;
+  views.reserve(outputs_.size());
+  for (size_t o = 0; o < outputs_.size(); ++o) {
+    const Output& out = outputs_[o];
+    TensorView v{out.name, out.dtype, {static_cast<int64_t>(k)}, buffer + out.offset};
+    if (out.kind == Kind::kVarArray) {
+      // Re-stride rows from max_length to the longest in this batch, padding the tail.
+      const auto* lengths = reinterpret_cast<const int64_t*>(buffer + outputs_[o + 1].offset);
+      int64_t longest = 0;
+      for (uint64_t s = 0; s < k; ++s) longest = std::max(longest, lengths[s]);
+      const uint64_t elem = format::DTypeSize(out.dtype);
+      const int64_t pad = out.options.var_array.pad_value;
+      for (uint64_t s = 0; s < k; ++s) {
+        std::byte* row = buffer + out.offset + s * longest * elem;
+        std::memmove(row, buffer + out.offset + s * out.sample_bytes, lengths[s] * elem);
+        for (int64_t e = lengths[s]; e < longest; ++e) {
+          std::memcpy(row + e * elem, &pad, elem);  // little-endian: low bytes of the pad value
+        }
+      }
+      v.shape.push_back(longest);
+    } else {
+      v.shape.insert(v.shape.end(), out.sample_shape.begin(), out.sample_shape.end());
+    }
+    views.push_back(std::move(v));
+  }
+  return views;
+}
+
+}  // namespace saturate::feed

@@ -1,0 +1,83 @@
+// SamplePlan: how the fields of one record become slots of a batch buffer.
+//
+// Built once per loader from the schema and the per-field options. It fixes
+// each output tensor's dtype, per-sample shape and offset in the buffer, so
+// a worker can write sample `slot` of a batch without allocating. Finish()
+// turns a filled buffer into tensor views, dropping skipped slots and
+// padding variable-length arrays to the batch maximum.
+//
+// Thread-safety: immutable after Create(); WriteSample() may run on many
+// threads at once, each with its own SampleScratch and distinct slots.
+#ifndef SATURATE_FEED_SAMPLE_PLAN_H_
+#define SATURATE_FEED_SAMPLE_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "image/codec.h"
+#include "image/transform.h"
+#include "saturate/feed/loader.h"
+#include "saturate/format/reader.h"
+
+namespace saturate::feed {
+
+// Per-thread reusable state for WriteSample().
+struct SampleScratch {
+  image::DecodeScratch decode;
+  std::vector<uint8_t> pixels;  // decoded HWC uint8 before conversion
+};
+
+// Nanoseconds spent per stage, accumulated by WriteSample().
+struct StageTimes {
+  uint64_t decode_ns = 0;
+  uint64_t transform_ns = 0;
+};
+
+class SamplePlan {
+ public:
+  enum class Kind : uint8_t { kImage, kArray, kScalar, kVarArray, kLengths };
+  struct Output {
+    Kind kind;
+    std::string name;
+    size_t field = 0;                 // index in the schema (the var array's, for kLengths)
+    DType dtype = DType::kUInt8;      // as output
+    DType src_dtype = DType::kUInt8;  // as stored (arrays)
+    std::vector<int64_t> sample_shape;
+    uint64_t sample_bytes = 0;
+    uint64_t offset = 0;  // of slot 0 in the batch buffer
+    FieldOptions options;
+  };
+
+  static Result<SamplePlan> Create(const format::Schema& schema,
+                                   const std::vector<FieldOptions>& options, uint64_t batch_size);
+
+  uint64_t batch_bytes() const { return batch_bytes_; }
+  const std::vector<Output>& outputs() const { return outputs_; }
+
+  // Writes `record` (dataset record `record_index`) into slot `slot` of
+  // `buffer`. Augmentation randomness is keyed on (seed, epoch, record_index).
+  Status WriteSample(const format::Record& record, uint64_t record_index, uint64_t seed,
+                     uint64_t epoch, uint64_t slot, std::byte* buffer, SampleScratch* scratch,
+                     StageTimes* times) const;
+
+  // Compacts the `valid` slots of a batch of `count` samples to the front,
+  // pads variable-length arrays to the longest, and returns the tensor views.
+  std::vector<TensorView> Finish(std::byte* buffer, const std::vector<uint8_t>& valid,
+                                 uint64_t count, uint64_t* kept) const;
+
+ private:
+  Status WriteImage(const Output& out, std::span<const std::byte> bytes, uint64_t record_index,
+                    uint64_t seed, uint64_t epoch, std::byte* dst, SampleScratch* scratch,
+                    StageTimes* times) const;
+
+  static Status ArrayToFloat(const Output& out, std::span<const std::byte> src, float* dst);
+
+  std::vector<Output> outputs_;
+  uint64_t batch_size_ = 0;
+  uint64_t batch_bytes_ = 0;
+};
+
+}  // namespace saturate::feed
+
+#endif  // SATURATE_FEED_SAMPLE_PLAN_H_

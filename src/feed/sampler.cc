@@ -1,0 +1,120 @@
+#include "feed/sampler.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "feed/random.h"
+
+namespace saturate::feed {
+namespace {
+
+const char* NonEmpty(const char* value) {
+  return (value != nullptr && value[0] != '\0') ? value : nullptr;
+}
+
+Result<uint32_t> ParseU32(const char* name, const char* value) {
+  const char* end = value + std::strlen(value);
+  uint32_t parsed = 0;
+  const auto [ptr, ec] = std::from_chars(value, end, parsed);
+  // from_chars accepts no leading '+', '-' or whitespace for unsigned types.
+  if (ec != std::errc() || ptr != end) {
+    return Status::InvalidArgument(std::string(name) + "='" + value +
+                                   "' is not a non-negative 32-bit integer");
+  }
+  return parsed;
+}
+
+Result<ShardSpec> ParsePair(const char* rank_name, const char* rank_value, const char* world_name,
+                            const char* world_value) {
+  if (rank_value == nullptr) {
+    return Status::InvalidArgument(std::string(world_name) + " is set but " + rank_name +
+                                   " is not");
+  }
+  if (world_value == nullptr) {
+    return Status::InvalidArgument(std::string(rank_name) + " is set but " + world_name +
+                                   " is not");
+  }
+  ShardSpec shard;
+  SATURATE_ASSIGN_OR_RETURN(shard.rank, ParseU32(rank_name, rank_value));
+  SATURATE_ASSIGN_OR_RETURN(shard.world_size, ParseU32(world_name, world_value));
+  if (shard.world_size == 0) {
+    return Status::InvalidArgument(std::string(world_name) + "=0 must be at least 1");
+  }
+  if (shard.rank >= shard.world_size) {
+    return Status::InvalidArgument(std::string(rank_name) + "=" + std::to_string(shard.rank) +
+                                   " must be less than " + world_name + "=" +
+                                   std::to_string(shard.world_size));
+  }
+  return shard;
+}
+
+}  // namespace
+
+Result<ShardSpec> ShardSpecFromEnv(const std::function<const char*(const char*)>& getenv) {
+  const char* rank = NonEmpty(getenv("RANK"));
+  const char* world = NonEmpty(getenv("WORLD_SIZE"));
+  if (rank != nullptr || world != nullptr) return ParsePair("RANK", rank, "WORLD_SIZE", world);
+  const char* proc = NonEmpty(getenv("SLURM_PROCID"));
+  const char* tasks = NonEmpty(getenv("SLURM_NTASKS"));
+  if (proc != nullptr || tasks != nullptr) {
+    return ParsePair("SLURM_PROCID", proc, "SLURM_NTASKS", tasks);
+  }
+  return ShardSpec{};
+}
+
+Result<ShardSpec> ShardSpecFromEnv() {
+  return ShardSpecFromEnv([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+Result<Sampler> Sampler::Create(const SamplerOptions& options) {
+  const uint64_t n = options.dataset_size;
+  const uint64_t w = options.shard.world_size;
+  if (w == 0) return Status::InvalidArgument("sampler: world_size is 0");
+  if (options.shard.rank >= w) {
+    return Status::InvalidArgument("sampler: rank " + std::to_string(options.shard.rank) +
+                                   " is not less than world_size " + std::to_string(w));
+  }
+  if (n == 0) return Status::InvalidArgument("sampler: dataset_size is 0 (empty dataset)");
+  if (options.drop_uneven && n < w) {
+    return Status::InvalidArgument("sampler: dataset_size " + std::to_string(n) +
+                                   " is smaller than world_size " + std::to_string(w) +
+                                   " with drop_uneven: every rank would get 0 samples");
+  }
+  const uint64_t per_rank = options.drop_uneven ? n / w : n / w + (n % w != 0 ? 1 : 0);
+  return Sampler(options, per_rank);
+}
+
+void Sampler::EpochIndices(uint64_t epoch, std::vector<uint64_t>* out) const {
+  const uint64_t n = options_.dataset_size;
+  const uint64_t w = options_.shard.world_size;
+  const uint64_t r = options_.shard.rank;
+  const uint64_t count = samples_per_rank_;
+  // Position p of the padded list holds order[p mod n] (p < n when dropping).
+  if (!options_.shuffle) {
+    out->resize(count);
+    for (uint64_t k = 0; k < count; ++k) (*out)[k] = (r + k * w) % n;
+    return;
+  }
+
+  std::vector<uint64_t>& a = *out;
+  a.resize(n);
+  for (uint64_t i = 0; i < n; ++i) a[i] = i;
+  PhiloxStream rng(DeriveKey(options_.seed, RngDomain::kEpochShuffle, epoch), /*stream=*/0);
+  for (uint64_t i = n - 1; i > 0; --i) std::swap(a[i], a[rng.UniformBelow(i + 1)]);
+
+  // Compact positions r, r+w, ... to the front in place: position r + k*w >= k,
+  // so each read is at or after every slot written so far. The padded tail
+  // [n, count*w) is shorter than w, so at most the last position wraps; read
+  // it before compaction may overwrite its source.
+  const uint64_t last_pos = r + (count - 1) * w;
+  const uint64_t last_value = a[last_pos % n];
+  for (uint64_t k = 0; k + 1 < count; ++k) a[k] = a[r + k * w];
+  a[count - 1] = last_value;
+  a.resize(count);
+}
+
+}  // namespace saturate::feed
