@@ -5,9 +5,8 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "feed/sample_plan.h"
 #include "feed/sampler.h"
@@ -202,9 +201,13 @@ class Loader::Impl {
 
   LoaderState state() const {
     std::lock_guard<std::mutex> lock(shared_->mu);
-    return LoaderState{
-        epoch_,          delivered_,           options_.seed, dataset_->size(), options_.batch_size,
-        sampler_.options().shard.rank, sampler_.options().shard.world_size};
+    return LoaderState{epoch_,
+                       delivered_,
+                       options_.seed,
+                       dataset_->size(),
+                       options_.batch_size,
+                       sampler_.options().shard.rank,
+                       sampler_.options().shard.world_size};
   }
 
   LoaderStats stats() const {
@@ -375,10 +378,10 @@ class Loader::Impl {
 
   // Guarded by shared_->mu.
   std::vector<Slot> slots_;
-  std::vector<uint64_t> order_;  // this rank's record indices for epoch_
+  std::vector<uint64_t> order_;        // this rank's record indices for epoch_
   std::vector<uint8_t> finish_valid_;  // consumer's copy of a batch's valid flags
-  int busy_ = 0;          // workers processing a claimed chunk
-  bool pausing_ = false;  // an epoch reset waits for busy_ == 0
+  int busy_ = 0;                       // workers processing a claimed chunk
+  bool pausing_ = false;               // an epoch reset waits for busy_ == 0
   uint64_t epoch_ = 0;
   uint64_t delivered_ = 0;  // batches of epoch_ handed to the consumer
   uint64_t cursor_batch_ = 0, cursor_offset_ = 0;
@@ -441,9 +444,12 @@ Status Loader::Restore(const LoaderState& s) {
 namespace saturate::feed {
 
 std::string LoaderState::ToJson() const {
-  return nlohmann::json{{"epoch", epoch},         {"batches_done", batches_done},
-                        {"seed", seed},           {"dataset_size", dataset_size},
-                        {"batch_size", batch_size}, {"rank", rank},
+  return nlohmann::json{{"epoch", epoch},
+                        {"batches_done", batches_done},
+                        {"seed", seed},
+                        {"dataset_size", dataset_size},
+                        {"batch_size", batch_size},
+                        {"rank", rank},
                         {"world_size", world_size}}
       .dump();
 }

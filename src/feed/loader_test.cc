@@ -25,7 +25,8 @@ Status WriteArrayDataset(const std::string& dir, uint64_t n) {
   format::Schema schema{{FieldSpec{"pixels", FieldKind::kArray, DType::kUInt8, {4, 4}},
                          FieldSpec{"label", FieldKind::kInt64},
                          FieldSpec{"tokens", FieldKind::kVarArray, DType::kInt32}}};
-  SATURATE_ASSIGN_OR_RETURN(auto w, format::DatasetWriter::Create(dir, schema, {.shard_bytes = 4096}));
+  SATURATE_ASSIGN_OR_RETURN(auto w,
+                            format::DatasetWriter::Create(dir, schema, {.shard_bytes = 4096}));
   for (uint64_t i = 0; i < n; ++i) {
     std::vector<uint8_t> px(16, static_cast<uint8_t>(i % 251));
     int64_t label = static_cast<int64_t>(i);
@@ -40,7 +41,8 @@ Status WriteArrayDataset(const std::string& dir, uint64_t n) {
 
 // Records: a small JPEG of a gradient keyed on i, label = i.
 Status WriteImageDataset(const std::string& dir, uint64_t n) {
-  format::Schema schema{{FieldSpec{"image", FieldKind::kImage}, FieldSpec{"label", FieldKind::kInt64}}};
+  format::Schema schema{
+      {FieldSpec{"image", FieldKind::kImage}, FieldSpec{"label", FieldKind::kInt64}}};
   SATURATE_ASSIGN_OR_RETURN(auto w, format::DatasetWriter::Create(dir, schema));
   for (uint64_t i = 0; i < n; ++i) {
     const int width = 64 + static_cast<int>(i % 7) * 8, height = 48 + static_cast<int>(i % 5) * 8;
@@ -153,8 +155,9 @@ TEST(LoaderTest, ArrayToFloatNormalizes) {
   SATURATE_ASSERT_OK(WriteArrayDataset(dir.path(), 10));
   LoaderOptions o = ArrayOptions(dir.path());
   o.shuffle = false;
-  o.fields.push_back(FieldOptions{.field = "pixels",
-                                  .array = {.to_float = true, .scale = 1.0f / 255, .mean = 0.5f, .std = 0.25f}});
+  o.fields.push_back(
+      FieldOptions{.field = "pixels",
+                   .array = {.to_float = true, .scale = 1.0f / 255, .mean = 0.5f, .std = 0.25f}});
   SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(o));
   SATURATE_ASSERT_OK_AND_ASSIGN(auto b, loader->Next());
   const TensorView* px = b->Find("pixels");

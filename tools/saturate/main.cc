@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   saturate::cli::RegisterVerify(app, &exit_code);
   saturate::cli::RegisterInspect(app, &exit_code);
   saturate::cli::RegisterDevices(app, &exit_code);
+  saturate::cli::RegisterBench(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

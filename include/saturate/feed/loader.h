@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "saturate/base/status.h"
@@ -104,6 +105,16 @@ struct FieldOptions {
   ArrayTransform array;
   VarArrayTransform var_array;
 };
+
+// Parses a per-field transform written as "FIELD:OPTION,OPTION,...", the form
+// the CLI (--transform) and the Python package accept. Options:
+//   images:  crop=random|center  size=N|HxW  resize=N (shorter side, center crop)
+//            area=MIN..MAX  ratio=MIN..MAX  flip=P  dtype=uint8|float32|float16
+//            normalize (ImageNet mean/std)  mean=R/G/B  std=R/G/B  layout=chw|hwc
+//   arrays:  to-float  scale=S  mean=M  std=S  (as (x * scale - mean) / std)
+//   var arrays: max-length=N  truncate  pad=V
+// Errors name the option. Example: "image:crop=random,size=224,flip=0.5,dtype=float32,normalize".
+Result<FieldOptions> ParseFieldOptions(std::string_view spec);
 
 struct LoaderOptions {
   std::string dataset;

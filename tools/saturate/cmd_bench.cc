@@ -1,0 +1,176 @@
+// saturate bench feed DATASET: how fast the loader feeds, and where time goes.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "saturate/feed/loader.h"
+
+namespace saturate::cli {
+namespace {
+
+struct FeedFlags {
+  std::string dataset;
+  std::string threads = "auto";
+  std::string prefetch = "auto";
+  uint64_t batch = 64;
+  uint64_t epochs = 1;
+  uint64_t warmup = 2;
+  uint64_t seed = 0;
+  bool no_shuffle = false;
+  bool skip_bad = false;
+  std::vector<std::string> transforms;
+  bool json = false;
+};
+
+double CpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// "auto" -> 0, else a positive integer.
+Result<int> ParseAuto(const char* flag, const std::string& value) {
+  if (value == "auto") return 0;
+  try {
+    size_t used = 0;
+    int n = std::stoi(value, &used);
+    if (used == value.size() && n > 0) return n;
+  } catch (const std::exception&) {
+  }
+  return Status::InvalidArgument(std::string(flag) + ": '" + value +
+                                 "' (use a positive number or auto)");
+}
+
+Result<feed::LoaderOptions> MakeOptions(const FeedFlags& f) {
+  feed::LoaderOptions o;
+  o.dataset = f.dataset;
+  o.batch_size = f.batch;
+  o.seed = f.seed;
+  o.shuffle = !f.no_shuffle;
+  o.skip_bad = f.skip_bad;
+  SATURATE_ASSIGN_OR_RETURN(o.threads, ParseAuto("--threads", f.threads));
+  SATURATE_ASSIGN_OR_RETURN(o.prefetch, ParseAuto("--prefetch", f.prefetch));
+  for (const std::string& spec : f.transforms) {
+    SATURATE_ASSIGN_OR_RETURN(feed::FieldOptions field, feed::ParseFieldOptions(spec));
+    o.fields.push_back(std::move(field));
+  }
+  return o;
+}
+
+int RunFeed(const FeedFlags& f) {
+  auto options = MakeOptions(f);
+  if (!options.ok()) return ReportError("bench feed", options.status());
+  auto loader = feed::Loader::Open(*options);
+  if (!loader.ok()) return ReportError("bench feed", loader.status());
+  feed::Loader& l = **loader;
+  const uint64_t total = l.batches_per_epoch() * f.epochs;
+  ProgressBar bar("feed", "batch");
+  uint64_t batches = 0, samples = 0;
+  feed::LoaderStats at_start;
+  auto start = std::chrono::steady_clock::now();
+  double cpu_start = CpuSeconds();
+  for (uint64_t epoch = 0; epoch < f.epochs; ++epoch) {
+    if (epoch > 0) {
+      Status s = l.SetEpoch(epoch);
+      if (!s.ok()) return ReportError("bench feed", s);
+    }
+    while (true) {
+      auto next = l.Next();
+      if (!next.ok()) return ReportError("bench feed", next.status());
+      if (!next->has_value()) break;
+      ++batches;
+      if (batches == f.warmup) {  // measure the steady state, after start-up
+        at_start = l.stats();
+        start = std::chrono::steady_clock::now();
+        cpu_start = CpuSeconds();
+      } else if (batches > f.warmup) {
+        samples += (*next)->size();
+      }
+      bar.Update(batches, total);
+    }
+  }
+  bar.Finish();
+  const double elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double cpu_cores = (CpuSeconds() - cpu_start) / std::max(elapsed_s, 1e-9);
+  feed::LoaderStats end = l.stats();
+  const uint64_t measured = batches > f.warmup ? batches - f.warmup : 0;
+  const double rate = elapsed_s > 0 ? static_cast<double>(samples) / elapsed_s : 0;
+  const uint64_t produced = std::max<uint64_t>(1, end.samples - at_start.samples);
+  auto per_sample_us = [&](uint64_t a, uint64_t b) {
+    return static_cast<double>(a - b) / static_cast<double>(produced) / 1e3;
+  };
+  if (f.json) {
+    nlohmann::json j = {
+        {"dataset", f.dataset},
+        {"images_per_s", rate},
+        {"samples", samples},
+        {"batches", measured},
+        {"warmup_batches", std::min(batches, f.warmup)},
+        {"batch_size", f.batch},
+        {"epochs", f.epochs},
+        {"threads", end.threads},
+        {"prefetch", end.prefetch},
+        {"wait_ns_total", end.wait_ns - at_start.wait_ns},
+        {"elapsed_s", elapsed_s},
+        {"read_us_per_sample", per_sample_us(end.read_ns, at_start.read_ns)},
+        {"decode_us_per_sample", per_sample_us(end.decode_ns, at_start.decode_ns)},
+        {"transform_us_per_sample", per_sample_us(end.transform_ns, at_start.transform_ns)},
+        {"cpu_cores_used", cpu_cores},
+        {"skipped", end.skipped}};
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::printf("fed %llu samples in %llu batches: %.1f samples/s (%d threads, prefetch %d)\n",
+              static_cast<unsigned long long>(samples), static_cast<unsigned long long>(measured),
+              rate, end.threads, end.prefetch);
+  std::printf("per sample (thread time): read %.1f us, decode %.1f us, transform %.1f us\n",
+              per_sample_us(end.read_ns, at_start.read_ns),
+              per_sample_us(end.decode_ns, at_start.decode_ns),
+              per_sample_us(end.transform_ns, at_start.transform_ns));
+  std::printf(
+      "consumer waited %.1f%% of %.2f s; CPU %.2f cores\n",
+      100.0 * static_cast<double>(end.wait_ns - at_start.wait_ns) / 1e9 / std::max(elapsed_s, 1e-9),
+      elapsed_s, cpu_cores);
+  if (end.skipped)
+    std::printf("skipped %llu bad samples\n", static_cast<unsigned long long>(end.skipped));
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterBench(CLI::App& app, int* exit_code) {
+  CLI::App* bench = app.add_subcommand("bench", "Measure saturate's pipeline on this machine");
+  bench->require_subcommand(1);
+  auto f = std::make_shared<FeedFlags>();
+  CLI::App* cmd = bench->add_subcommand(
+      "feed", "Run the loader over a dataset as fast as it goes: samples/s and where time goes");
+  cmd->add_option("DATASET", f->dataset, "Dataset directory")->required();
+  cmd->add_option("--threads", f->threads, "Decode threads: N or auto")->capture_default_str();
+  cmd->add_option("--prefetch", f->prefetch, "Batches in flight: N or auto")->capture_default_str();
+  cmd->add_option("-b,--batch", f->batch, "Batch size")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--epochs", f->epochs, "Epochs to run")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--warmup", f->warmup, "Batches excluded from the timing (start-up)")
+      ->capture_default_str();
+  cmd->add_option("--seed", f->seed, "Shuffle and augmentation seed")->capture_default_str();
+  cmd->add_flag("--no-shuffle", f->no_shuffle, "Read in dataset order");
+  cmd->add_flag("--skip-bad", f->skip_bad, "Skip corrupt samples (counted) instead of failing");
+  cmd->add_option("-t,--transform", f->transforms,
+                  "Per-field transform FIELD:OPTION,... e.g. "
+                  "image:crop=random,size=224,flip=0.5,dtype=uint8 (repeatable)");
+  cmd->add_flag("--json", f->json,
+                "One JSON object: images_per_s, batches, threads, prefetch, "
+                "wait_ns_total, elapsed_s, per-stage times, CPU");
+  cmd->callback([exit_code, f] { *exit_code = RunFeed(*f); });
+}
+
+}  // namespace saturate::cli
