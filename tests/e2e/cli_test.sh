@@ -585,6 +585,26 @@ sat verify killed2 -q
 expect_rc 0 "verify the pack made after a killed one"
 expect_out "40 records" "pack after a killed pack has all records"
 
+# ---- bench feed ------------------------------------------------------------------
+section "bench feed"
+sat bench feed --help
+expect_rc 0 "bench feed --help"
+expect_out "--transform" "bench feed --help lists --transform"
+sat bench feed killed2 --batch 8 --epochs 2 --warmup 1 --threads 2 \
+  -t image:crop=random,size=64,flip=0.5,dtype=float32,normalize --json
+expect_rc 0 "bench feed on the photo set"
+expect_json 'j["samples"] + 8 * j["warmup_batches"]' 80 "bench feed counts every sample of 2 epochs"
+expect_json 'j["threads"]' 2 "bench feed reports its threads"
+expect_json 'all(k in j for k in ["images_per_s", "batches", "prefetch", "wait_ns_total", "elapsed_s"])' \
+  True "bench feed JSON keys"
+sat bench feed killed2 -t image:size=banana
+expect_rc 2 "bench feed with a bad transform"
+expect_err "option 'size'" "bench feed names the bad option"
+sat bench feed killed2 --threads zero
+expect_rc 2 "bench feed with a bad --threads"
+sat bench feed notds
+expect_rc 2 "bench feed on a non-dataset"
+
 # ---- inspect on things that are not datasets ---------------------------------------------------------
 section "inspect non-datasets"
 sat inspect notds
