@@ -28,6 +28,13 @@ double Mean(const std::vector<double>& v) {
 
 }  // namespace
 
+double RequiredGain(int threads, double wait_share) {
+  const double t = std::max(1, threads);
+  const double w = std::clamp(wait_share, 0.0, 0.99);
+  const double ideal = std::min(1 / t, w / (1 - w));
+  return std::max(AutotuneController::kMinGain, AutotuneController::kMinShareOfIdealGain * ideal);
+}
+
 int DefaultMaxThreads(int cores, int reserved_cores) {
   return std::max(1, cores - std::max(0, reserved_cores));
 }
@@ -65,6 +72,7 @@ AutotuneController::AutotuneController(const AutotuneLimits& limits, int initial
 
 void AutotuneController::ResetHistory() {
   rates_per_s_.clear();
+  waits_.clear();
   starved_streak_ = bursty_streak_ = idle_streak_ = 0;
 }
 
@@ -109,10 +117,9 @@ AutotuneDecision AutotuneController::Update(const AutotuneSample& s) {
     ResetHistory();
     threads_ = std::clamp(s.threads, limits_.min_threads, limits_.max_threads);
     prefetch_ = std::clamp(s.prefetch, 1, limits_.max_prefetch);
-    AutotuneDecision d =
-        Decide("adopted the loader's threads " + std::to_string(s.threads) + ", prefetch " +
-                   std::to_string(s.prefetch),
-               threads_, prefetch_);
+    AutotuneDecision d = Decide("adopted the loader's threads " + std::to_string(s.threads) +
+                                    ", prefetch " + std::to_string(s.prefetch),
+                                threads_, prefetch_);
     d.changed = s.threads != threads_ || s.prefetch != prefetch_;
     return d;
   }
@@ -123,16 +130,19 @@ AutotuneDecision AutotuneController::Update(const AutotuneSample& s) {
   }
 
   const double window_s = static_cast<double>(s.window_ns) * 1e-9;
-  const double wait = std::min(1.0, static_cast<double>(s.consumer_wait_ns) /
-                                        static_cast<double>(s.window_ns));
-  const double busy_threads = static_cast<double>(s.worker_busy_ns) / static_cast<double>(s.window_ns);
+  const double wait =
+      std::min(1.0, static_cast<double>(s.consumer_wait_ns) / static_cast<double>(s.window_ns));
+  const double busy_threads =
+      static_cast<double>(s.worker_busy_ns) / static_cast<double>(s.window_ns);
   const double busy = busy_threads / threads_;
   const double rate = static_cast<double>(s.batches_delivered) / window_s;
   const bool queue_full = s.ready_batches >= prefetch_;
 
   rates_per_s_.push_back(rate);
+  waits_.push_back(wait);
   if (rates_per_s_.size() > static_cast<size_t>(kBaselineWindows)) {
     rates_per_s_.erase(rates_per_s_.begin());
+    waits_.erase(waits_.begin());
   }
   const bool starved = wait > kActWaitShare && busy > kSaturatedBusyShare && !queue_full;
   const bool bursty = wait > kActWaitShare && !starved;
@@ -148,26 +158,26 @@ AutotuneDecision AutotuneController::Update(const AutotuneSample& s) {
     ++trial_windows_;
     if (trial_windows_ < kTrialWindows) {
       return Decide(seen + ": observing threads " + Arrow(trial_from_threads_, threads_) + " (" +
-                        std::to_string(trial_windows_) + "/" + std::to_string(kTrialWindows) +
-                        ")",
+                        std::to_string(trial_windows_) + "/" + std::to_string(kTrialWindows) + ")",
                     threads_, prefetch_);
     }
     trial_ = false;
     const double gain = Mean(rates_per_s_) / trial_baseline_per_s_ - 1;
-    if (gain > kMinGain) {
+    const double need = RequiredGain(trial_from_threads_, trial_baseline_wait_);
+    if (gain > need) {
       no_gain_.erase(threads_);
       return Decide(seen + ": threads " + Arrow(trial_from_threads_, threads_) +
                         " raised throughput " + Pct(gain) + ", kept",
                     threads_, prefetch_);
     }
     NoGain& ng = no_gain_[threads_];
-    const uint64_t backoff = std::min(kMaxNoGainBackoffWindows,
-                                      kNoGainBackoffWindows << std::min(ng.failures, 8));
+    const uint64_t backoff =
+        std::min(kMaxNoGainBackoffWindows, kNoGainBackoffWindows << std::min(ng.failures, 8));
     ng.failures++;
-    ng.wait_share = wait;
+    ng.wait_share = trial_baseline_wait_;
     ng.retry_at_window = usable_windows_ + backoff;
-    return Decide(seen + ": threads " + Arrow(trial_from_threads_, threads_) + " changed throughput " +
-                      Pct(gain) + " (need >" + Pct(kMinGain) + "), reverted " +
+    return Decide(seen + ": threads " + Arrow(trial_from_threads_, threads_) +
+                      " changed throughput " + Pct(gain) + " (need >" + Pct(need) + "), reverted " +
                       Arrow(threads_, trial_from_threads_) + "; not retrying " +
                       std::to_string(threads_) + " for " + std::to_string(backoff) + " windows",
                   trial_from_threads_, prefetch_);
@@ -178,8 +188,7 @@ AutotuneDecision AutotuneController::Update(const AutotuneSample& s) {
       return Decide(seen + ": threads at max " + std::to_string(limits_.max_threads), threads_,
                     prefetch_);
     }
-    if (s.process_cpu_util >= 0 &&
-        s.process_cpu_util >= limits_.cores - kCpuSaturatedMarginCores) {
+    if (s.process_cpu_util >= 0 && s.process_cpu_util >= limits_.cores - kCpuSaturatedMarginCores) {
       return Decide(seen + ": process uses " + OneDecimal(s.process_cpu_util) + " of " +
                         std::to_string(limits_.cores) + " cores, not adding threads",
                     threads_, prefetch_);
@@ -189,6 +198,7 @@ AutotuneDecision AutotuneController::Update(const AutotuneSample& s) {
     trial_ = true;
     trial_from_threads_ = threads_;
     trial_baseline_per_s_ = Mean(rates_per_s_);
+    trial_baseline_wait_ = Mean(waits_);
     trial_windows_ = 0;
     return Decide(seen + ": threads " + Arrow(threads_, threads_ + 1) + " (trial)", threads_ + 1,
                   prefetch_);

@@ -27,7 +27,9 @@
 //    the workers were > 85% busy and the ready queue was not full at the end
 //    of the window (a throughput shortfall, not a burst). This is a
 //    hill-climbing trial: the new count runs for 2 windows and is kept only if
-//    the delivered rate rose by > 5% over the windows before it; otherwise the
+//    the delivered rate rose over the windows before it by > 5% and by at
+//    least a quarter of what a fully useful thread would bring (see
+//    RequiredGain: 12.5% for 2 -> 3 threads with a large wait); otherwise the
 //    controller reverts and does not try that count again for 16 windows
 //    (doubling per repeated failure, up to 256), unless the wait share grows
 //    by 10 points over what it was when the trial failed. Never above
@@ -85,8 +87,8 @@ struct AutotuneSample {
   uint64_t worker_busy_ns = 0;     // sum over workers of read + decode + transform time
   int threads = 0;                 // settings in force during the window
   int prefetch = 0;
-  int ready_batches = 0;          // batches completed but not yet taken, at window end
-  double process_cpu_util = -1;   // cores used by the whole process in the window; <0: unknown
+  int ready_batches = 0;         // batches completed but not yet taken, at window end
+  double process_cpu_util = -1;  // cores used by the whole process in the window; <0: unknown
 };
 
 struct AutotuneDecision {
@@ -109,6 +111,13 @@ int MaxPrefetchForLimits(const AutotuneLimits& limits);
 // 1 <= max_prefetch <= MaxPrefetchForLimits(), max_held_batches >= 0.
 AutotuneLimits NormalizeLimits(AutotuneLimits limits);
 
+// The rise in delivered rate a trial thread must bring to be kept when going
+// from `threads` to threads + 1 with the consumer waiting `wait_share`:
+// max(kMinGain, kMinShareOfIdealGain * ideal), where the ideal gain of a fully
+// useful thread is min(1 / threads, wait / (1 - wait)) (one more thread's
+// output, or whatever removes the wait entirely).
+double RequiredGain(int threads, double wait_share);
+
 class AutotuneController {
  public:
   // Thresholds of the policy above (shares of wall time or of thread time).
@@ -120,16 +129,20 @@ class AutotuneController {
   static constexpr double kTargetWaitShare = 0.02;  // goal: wait below this
   static constexpr double kSaturatedBusyShare = 0.85;
   static constexpr double kShedMaxBusyShare = 0.75;  // busy of the others after a release
-  static constexpr double kMinGain = 0.05;           // trial must raise the rate this much
+  // A trial thread must raise the delivered rate by kMinGain and by
+  // kMinShareOfIdealGain of its ideal gain (RequiredGain).
+  static constexpr double kMinGain = 0.05;
+  static constexpr double kMinShareOfIdealGain = 0.25;
   static constexpr double kCpuSaturatedMarginCores = 0.5;
-  static constexpr int kAddWindows = 2;      // consecutive windows before adding a thread
+  static constexpr int kAddWindows = 2;       // consecutive windows before adding a thread
   static constexpr int kPrefetchWindows = 2;  // ... before raising prefetch
   static constexpr int kShedWindows = 3;      // ... before releasing a thread
   static constexpr int kTrialWindows = 2;     // windows a trial thread count is observed
   static constexpr int kBaselineWindows = 3;  // windows averaged for the rate before a trial
   static constexpr uint64_t kNoGainBackoffWindows = 16;
   static constexpr uint64_t kMaxNoGainBackoffWindows = 256;
-  static constexpr double kRetryWaitGrowth = 0.10;  // retry a no-gain count early if wait grows this much
+  // A no-gain thread count is retried early if the wait share grows this much.
+  static constexpr double kRetryWaitGrowth = 0.10;
 
   // `initial_threads` and `initial_prefetch` are clamped into the limits.
   AutotuneController(const AutotuneLimits& limits, int initial_threads, int initial_prefetch);
@@ -162,6 +175,7 @@ class AutotuneController {
   int mismatches_ = 0;
   // Windows at the current settings.
   std::vector<double> rates_per_s_;  // last kBaselineWindows delivered rates
+  std::vector<double> waits_;        // and consumer wait shares
   int starved_streak_ = 0;
   int bursty_streak_ = 0;
   int idle_streak_ = 0;
@@ -169,6 +183,7 @@ class AutotuneController {
   bool trial_ = false;
   int trial_from_threads_ = 0;
   double trial_baseline_per_s_ = 0;
+  double trial_baseline_wait_ = 0;
   int trial_windows_ = 0;
   std::map<int, NoGain> no_gain_;  // by thread count
 };

@@ -1,5 +1,8 @@
 #include "saturate/feed/loader.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -8,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "feed/autotune.h"
 #include "feed/sample_plan.h"
 #include "feed/sampler.h"
 
@@ -125,23 +129,43 @@ class Loader::Impl {
   }
 
   Status Start() {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads_ = options_.threads > 0 ? options_.threads : cores;
-    prefetch_ =
-        options_.prefetch > 0 ? std::min(options_.prefetch, kMaxPrefetch) : kDefaultPrefetch;
     if (options_.max_held_batches < 1) {
       return Status::InvalidArgument("max_held_batches must be at least 1");
+    }
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const bool auto_threads = options_.threads <= 0, auto_prefetch = options_.prefetch <= 0;
+    // Workers are started up to the most the tuner may use; those with an id
+    // at or above threads_ sleep.
+    max_threads_ = auto_threads ? cores : options_.threads;
+    threads_ = auto_threads ? std::max(1, cores / 2) : options_.threads;
+    prefetch_ = auto_prefetch ? kDefaultPrefetch : std::min(options_.prefetch, kMaxPrefetch);
+    if (auto_threads || auto_prefetch) {
+      AutotuneLimits limits;
+      limits.cores = cores;
+      // The training process's cores are protected by measuring the process's
+      // CPU use (no thread is added while it is saturated), not by a fixed reserve.
+      limits.reserved_cores = 0;
+      limits.min_threads = auto_threads ? 1 : threads_;
+      limits.max_threads = max_threads_;
+      limits.max_prefetch = auto_prefetch ? kMaxPrefetch : prefetch_;
+      limits.max_held_batches = options_.max_held_batches;
+      limits.batch_bytes = plan_.batch_bytes();
+      limits.ram_cap_bytes = options_.ram_cap_bytes > 0 ? options_.ram_cap_bytes : DefaultRamCap();
+      tuner_.emplace(limits, threads_, prefetch_);
+      threads_ = tuner_->threads();
+      prefetch_ = tuner_->prefetch();
     }
     shared_->allocator = options_.allocator ? options_.allocator : HostAllocator();
     shared_->buffer_bytes = plan_.batch_bytes();
     shared_->capacity = static_cast<size_t>(prefetch_ + options_.max_held_batches);
     // Split batches into chunks so every thread gets work and locking stays rare.
-    chunk_ = std::max<uint64_t>(1, options_.batch_size / (4 * static_cast<uint64_t>(threads_)));
+    chunk_ = std::max<uint64_t>(1, options_.batch_size / (4 * static_cast<uint64_t>(max_threads_)));
     {
       std::unique_lock<std::mutex> lock(shared_->mu);
       StartEpochLocked(0, 0, &lock);
+      window_ = WindowStart();
     }
-    for (int i = 0; i < threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+    for (int i = 0; i < max_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
     return Status::OK();
   }
 
@@ -178,6 +202,7 @@ class Loader::Impl {
     slot.error_slot = UINT64_MAX;
     ++delivered_;
     ++batches_delivered_;
+    if (tuner_) AutotuneLocked();
     lock.unlock();
     shared_->work_cv.notify_all();
 
@@ -217,6 +242,7 @@ class Loader::Impl {
     s.wait_ns = wait_ns_;
     s.threads = threads_;
     s.prefetch = prefetch_;
+    s.autotune_reason = last_reason_;
     return s;
   }
 
@@ -226,6 +252,64 @@ class Loader::Impl {
   uint64_t dataset_size() const { return dataset_->size(); }
 
  private:
+  // Measurements at the start of an autotuning window.
+  struct Window {
+    Clock::time_point start;
+    LoaderStats stats;
+    double cpu_s = 0;
+  };
+
+  static double ProcessCpuSeconds() {
+    rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+  }
+
+  // A tenth of physical memory for batch buffers, unless the caller says.
+  static uint64_t DefaultRamCap() {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page / 10 : uint64_t{1} << 30;
+  }
+
+  Window WindowStart() const {
+    LoaderStats s = stats_;
+    s.batches_delivered = batches_delivered_;
+    s.wait_ns = wait_ns_;
+    return Window{Clock::now(), s, ProcessCpuSeconds()};
+  }
+
+  // Feeds the window that just ended to the tuner (once it is long enough)
+  // and applies its decision: wake or park workers, grow the buffer pool.
+  void AutotuneLocked() {
+    const auto now = Clock::now();
+    const uint64_t window_ns = Nanos(window_.start, now);
+    if (window_ns < AutotuneController::kMinWindowNs) return;
+    AutotuneSample sample;
+    sample.window_ns = window_ns;
+    sample.batches_delivered = batches_delivered_ - window_.stats.batches_delivered;
+    sample.consumer_wait_ns = wait_ns_ - window_.stats.wait_ns;
+    sample.worker_busy_ns =
+        (stats_.read_ns + stats_.decode_ns + stats_.transform_ns) -
+        (window_.stats.read_ns + window_.stats.decode_ns + window_.stats.transform_ns);
+    sample.threads = threads_;
+    sample.prefetch = prefetch_;
+    for (const Slot& slot : slots_) {
+      if (slot.batch != UINT64_MAX && slot.batch >= delivered_ && slot.remaining == 0) {
+        ++sample.ready_batches;
+      }
+    }
+    sample.process_cpu_util =
+        (ProcessCpuSeconds() - window_.cpu_s) * 1e9 / static_cast<double>(window_ns);
+    AutotuneDecision d = tuner_->Update(sample);
+    threads_ = std::clamp(d.threads, 1, max_threads_);
+    prefetch_ = std::clamp(d.prefetch, 1, kMaxPrefetch);
+    shared_->capacity =
+        std::max(shared_->capacity, static_cast<size_t>(prefetch_ + options_.max_held_batches));
+    if (d.changed) last_reason_ = d.reason;
+    window_ = WindowStart();
+  }
+
   // Resets production to batch `first` of `epoch`. Waits for chunks in
   // progress to finish (they write into buffers about to be reused) and
   // returns the in-flight buffers, to be released once `lock` is dropped.
@@ -254,8 +338,8 @@ class Loader::Impl {
     return std::min<uint64_t>(options_.batch_size, order_.size() - b * options_.batch_size);
   }
 
-  bool CanStartLocked() const {
-    if (pausing_) return false;
+  bool CanStartLocked(int worker) const {
+    if (pausing_ || worker >= threads_) return false;
     if (cursor_batch_ >= batches_per_epoch()) return false;
     if (cursor_batch_ >= delivered_ + static_cast<uint64_t>(prefetch_)) return false;
     if (cursor_offset_ > 0) return true;
@@ -273,13 +357,13 @@ class Loader::Impl {
     return static_cast<std::byte*>(p);
   }
 
-  void WorkerLoop() {
+  void WorkerLoop(int worker) {
     SampleScratch scratch;
     std::vector<uint64_t> indices;
     indices.reserve(chunk_);
     std::unique_lock<std::mutex> lock(shared_->mu);
     while (true) {
-      shared_->work_cv.wait(lock, [&] { return shared_->stop || CanStartLocked(); });
+      shared_->work_cv.wait(lock, [&] { return shared_->stop || CanStartLocked(worker); });
       if (shared_->stop) return;
       // Claim a chunk of the batch under the cursor.
       const uint64_t b = cursor_batch_;
@@ -372,8 +456,14 @@ class Loader::Impl {
   const SamplePlan plan_;
   std::shared_ptr<Shared> shared_;
   std::vector<std::thread> workers_;
-  int threads_ = 1;
+  int max_threads_ = 1;  // workers started
+  std::optional<AutotuneController> tuner_;
+
+  // Guarded by shared_->mu (threads_ and prefetch_ change under autotuning).
+  int threads_ = 1;  // workers allowed to claim work
   int prefetch_ = kDefaultPrefetch;
+  Window window_;
+  std::string last_reason_;
   uint64_t chunk_ = 1;
 
   // Guarded by shared_->mu.

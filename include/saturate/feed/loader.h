@@ -126,11 +126,12 @@ struct LoaderOptions {
   // (torchrun) or SLURM_PROCID/SLURM_NTASKS, else a single rank.
   std::optional<uint32_t> rank;
   std::optional<uint32_t> world_size;
-  bool drop_uneven = false;  // ranks: drop the tail (true) or pad by repeating (false)
-  int threads = 0;           // 0: auto (autotuned)
-  int prefetch = 0;          // batches in flight ahead of the consumer; 0: auto
-  int max_held_batches = 2;  // batches the consumer may keep alive at once
-  bool skip_bad = false;     // drop failing samples (counted) instead of failing
+  bool drop_uneven = false;    // ranks: drop the tail (true) or pad by repeating (false)
+  int threads = 0;             // 0: auto (autotuned, see docs/loader.md)
+  int prefetch = 0;            // batches in flight ahead of the consumer; 0: auto
+  uint64_t ram_cap_bytes = 0;  // autotuning keeps the batch pool under this; 0: RAM / 10
+  int max_held_batches = 2;    // batches the consumer may keep alive at once
+  bool skip_bad = false;       // drop failing samples (counted) instead of failing
   std::vector<FieldOptions> fields;
   std::shared_ptr<BatchAllocator> allocator;  // default HostAllocator()
 };
@@ -188,6 +189,7 @@ struct LoaderStats {
   uint64_t wait_ns = 0;  // consumer time blocked in Next()
   int threads = 0;       // current values (the autotuner may change them)
   int prefetch = 0;
+  std::string autotune_reason;  // why the autotuner last changed them, if it did
 };
 
 class Loader {

@@ -1,0 +1,151 @@
+// Per-sample image transforms of the data loader, with torchvision semantics:
+// crop geometry (RandomResizedCrop, Resize + CenterCrop), a JPEG decode that
+// is planned from the crop (DCT scaling, column cropping, row skipping), an
+// antialiased bilinear resize, horizontal flip, and conversion to the
+// training tensor's layout and type (ToTensor + Normalize).
+//
+// Allocation: everything a worker needs is kept in one DecodeScratch, which
+// grows to the largest image it has seen and is then reused, so a worker
+// running DecodeCropResize + ConvertPixels in a loop does no heap allocation
+// of its own in the steady state. (libjpeg and libpng still allocate their
+// per-image state internally; that is outside our control.)
+//
+// Errors: bytes that are not a JPEG/PNG or fail to decode give Corruption
+// (libjpeg warnings count as errors, as in codec.h); bad arguments give
+// InvalidArgument. Nothing here prints.
+//
+// Ownership: inputs are borrowed for the duration of a call; outputs go to
+// caller-owned buffers. Thread-safety: the free functions are reentrant; a
+// DecodeScratch must be used by one thread at a time (one per worker).
+#ifndef SATURATE_IMAGE_TRANSFORM_H_
+#define SATURATE_IMAGE_TRANSFORM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "saturate/base/status.h"
+
+namespace saturate::image {
+
+// A rectangle in source-image pixel coordinates: columns [x, x + width),
+// rows [y, y + height).
+struct CropRect {
+  int x = 0;
+  int y = 0;
+  int width = 0;
+  int height = 0;
+  friend bool operator==(const CropRect&, const CropRect&) = default;
+};
+
+// Source of uniform random numbers, supplied by the loader (seeded per
+// sample for reproducibility). Implementations need not be thread-safe.
+class UniformSource {
+ public:
+  virtual ~UniformSource() = default;
+  // Returns a value in [0, 1).
+  virtual double Uniform() = 0;
+};
+
+// torchvision.transforms.RandomResizedCrop.get_params for a width x height
+// image: up to 10 attempts at a crop with area fraction in
+// [scale_min, scale_max) and log-uniform aspect ratio (w/h) in
+// [ratio_min, ratio_max); then a central crop with the image's aspect ratio
+// clamped to [ratio_min, ratio_max]. Rounding is Python's (half to even).
+// Each attempt draws 2 values, a successful one 2 more (row, then column).
+CropRect RandomResizedCropParams(int width, int height, double scale_min, double scale_max,
+                                 double ratio_min, double ratio_max, UniformSource& rng);
+
+// torchvision CenterCrop((crop_height, crop_width)) on a width x height
+// image. A crop larger than the image is clamped to it (torchvision would
+// zero-pad instead).
+CropRect CenterCropRect(int width, int height, int crop_width, int crop_height);
+
+// The source rectangle selected by torchvision Resize(resize_shorter) (the
+// shorter side becomes resize_shorter, the longer one is truncated to int)
+// followed by CenterCrop((crop_height, crop_width)), mapped back to source
+// pixels and rounded to whole pixels. Decode it with
+// DecodeCropResize(..., crop_width, crop_height, ...).
+CropRect ResizeThenCenterCropRect(int width, int height, int resize_shorter, int crop_width,
+                                  int crop_height);
+
+// Reusable buffers (and a long-lived libjpeg decompressor) for
+// DecodeCropResize and CropResizeRgb. Buffers only ever grow. Not copyable;
+// one per thread. A moved-from scratch may only be destroyed or assigned.
+class DecodeScratch {
+ public:
+  DecodeScratch();
+  ~DecodeScratch();
+  DecodeScratch(const DecodeScratch&) = delete;
+  DecodeScratch& operator=(const DecodeScratch&) = delete;
+  DecodeScratch(DecodeScratch&&) noexcept;
+  DecodeScratch& operator=(DecodeScratch&&) noexcept;
+
+  // Bytes currently reserved by the buffers (grows to a high-water mark).
+  size_t CapacityBytes() const;
+
+  // JPEG DCT scales considered by DecodeCropResize. By default only 1/8 to
+  // 4/8 and 8/8: libjpeg-turbo's 5/8-7/8 are slower than a full-size decode,
+  // so a crop that would need one is decoded at 8/8. false allows all s/8.
+  void set_only_fast_dct_scales(bool only_fast);
+
+  // About the last successful DecodeCropResize, for tests and statistics:
+  // the JPEG DCT scale used, in eighths (8 = full size; 8 for PNG), and the
+  // size of the region actually decoded (after DCT scaling and widening of
+  // the crop to iMCU boundaries).
+  int last_dct_scale_eighths() const;
+  int last_decoded_width() const;
+  int last_decoded_height() const;
+
+  struct Impl;  // Defined in transform.cc; impl() is for transform.cc only.
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Decodes the `crop` of a JPEG or PNG (source pixel coordinates; must lie
+// inside the image) and resizes it to out_width x out_height with
+// CropResizeRgb's filter, mirrored left-right if `hflip`, into out_rgb
+// (interleaved RGB8, row-major, out_width * out_height * 3 bytes).
+//
+// For JPEG the decode is planned from the crop: the smallest DCT scale s/8
+// at which the crop still has at least out_width x out_height pixels (see
+// DecodeScratch::set_only_fast_dct_scales); only the crop's columns
+// (widened to iMCU boundaries) and rows are reconstructed, and rows below
+// the crop are not decoded at all, so damage there goes unnoticed. Gray and CMYK JPEGs become RGB;
+// PNG alpha is composited onto black (as DecodeRgb). PNG is decoded in full, then cropped.
+Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop, int out_width,
+                        int out_height, bool hflip, uint8_t* out_rgb, DecodeScratch* scratch);
+
+// Resizes the `crop` of interleaved RGB8 pixels (width x height) to
+// out_width x out_height with an antialiased bilinear (triangle) filter whose
+// support widens with the reduction factor: PIL's Image.resize(BILINEAR)
+// and torchvision's resize(antialias=True), computed in float. Taps never
+// reach outside the crop. Mirrored left-right if `hflip`. Out-of-range
+// arguments are clamped/ignored as a no-op: callers validate.
+void CropResizeRgb(const uint8_t* rgb, int width, int height, const CropRect& crop, int out_width,
+                   int out_height, bool hflip, uint8_t* out_rgb, DecodeScratch* scratch);
+
+enum class Layout { kHWC, kCHW };
+enum class PixelType { kUInt8, kFloat32, kFloat16 };
+
+// Converts interleaved RGB8 (height x width x 3) to `out` in `layout`:
+// kUInt8 copies (uint8_t); kFloat32 and kFloat16 compute
+// (x / 255 - mean[c]) / std[c] (torchvision ToTensor + Normalize; without
+// mean/std just x / 255), as float or IEEE half bits (uint16_t, rounded to
+// nearest even), computed as x * (1 / (255 std)) + (-mean / std), within
+// about 1 ulp of the two-step form. mean and std are 3 floats or nullptr
+// (mean 0, std 1); ignored for
+// kUInt8. `out` must hold height * width * 3 elements and not overlap `hwc`.
+void ConvertPixels(const uint8_t* hwc, int height, int width, const float* mean, const float* std,
+                   Layout layout, PixelType type, void* out);
+
+// IEEE 754 binary16 bits of `value`, rounded to nearest even (overflow gives
+// infinity, NaN stays NaN). Exposed for tests and other converters.
+uint16_t FloatToHalfBits(float value);
+
+}  // namespace saturate::image
+
+#endif  // SATURATE_IMAGE_TRANSFORM_H_
