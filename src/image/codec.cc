@@ -12,6 +12,8 @@
 #include <string>
 #include <utility>
 
+#include "image/jpeg_errors.h"
+
 namespace saturate::image {
 namespace {
 
@@ -47,52 +49,6 @@ Status CheckPixelCount(const ImageInfo& info) {
   return Status::InvalidArgument("image too large: " + std::to_string(info.width) + "x" +
                                  std::to_string(info.height) + " exceeds " +
                                  std::to_string(kMaxImagePixels) + " pixels");
-}
-
-// ---- libjpeg plumbing -------------------------------------------------------
-// libjpeg reports errors through a callback that must not return. We longjmp
-// back into Guarded(), which then returns false. Code run under Guarded()
-// must not own objects with destructors: longjmp would skip them.
-
-struct JpegErrorMgr {
-  jpeg_error_mgr pub;  // First member: libjpeg only sees this part.
-  std::jmp_buf jump;
-  bool warnings_are_errors;
-  char message[JMSG_LENGTH_MAX];
-};
-
-[[noreturn]] void JpegErrorExit(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<JpegErrorMgr*>(cinfo->err);
-  cinfo->err->format_message(cinfo, err->message);
-  std::longjmp(err->jump, 1);
-}
-
-// Level -1 is a warning: corrupt or truncated data that libjpeg would paper
-// over with gray pixels. Levels >= 0 are trace messages.
-void JpegEmitMessage(j_common_ptr cinfo, int msg_level) {
-  if (msg_level >= 0) return;
-  ++cinfo->err->num_warnings;
-  if (reinterpret_cast<JpegErrorMgr*>(cinfo->err)->warnings_are_errors) JpegErrorExit(cinfo);
-}
-
-void JpegOutputMessage(j_common_ptr) {}  // The default prints to stderr.
-
-jpeg_error_mgr* InitJpegErrors(JpegErrorMgr* err, bool warnings_are_errors) {
-  jpeg_std_error(&err->pub);
-  err->pub.error_exit = JpegErrorExit;
-  err->pub.emit_message = JpegEmitMessage;
-  err->pub.output_message = JpegOutputMessage;
-  err->warnings_are_errors = warnings_are_errors;
-  err->message[0] = '\0';
-  return &err->pub;
-}
-
-// Runs `body` (libjpeg calls only); false if libjpeg raised an error.
-template <typename F>
-bool Guarded(JpegErrorMgr& err, F&& body) {
-  if (setjmp(err.jump) != 0) return false;
-  body();
-  return true;
 }
 
 // Owns a decompressor; destruction releases libjpeg's memory on every path

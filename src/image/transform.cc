@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "image/codec.h"
+#include "image/jpeg_errors.h"
 
 namespace saturate::image {
 namespace {
@@ -33,39 +34,6 @@ size_t CapacityOf(const std::vector<T>& v) {
   return v.capacity() * sizeof(T);
 }
 
-// ---- libjpeg plumbing (as in codec.cc) ----------------------------------------
-// libjpeg reports errors through a callback that must not return; we longjmp
-// back into Guarded(). Code run under Guarded() must not own objects with
-// destructors.
-
-struct JpegErrorMgr {
-  jpeg_error_mgr pub;  // First member: libjpeg only sees this part.
-  std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-};
-
-[[noreturn]] void JpegErrorExit(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<JpegErrorMgr*>(cinfo->err);
-  cinfo->err->format_message(cinfo, err->message);
-  std::longjmp(err->jump, 1);
-}
-
-// Level -1 is a warning (corrupt or truncated data): an error here.
-void JpegEmitMessage(j_common_ptr cinfo, int msg_level) {
-  if (msg_level >= 0) return;
-  ++cinfo->err->num_warnings;
-  JpegErrorExit(cinfo);
-}
-
-void JpegOutputMessage(j_common_ptr) {}  // The default prints to stderr.
-
-template <typename F>
-bool Guarded(JpegErrorMgr& err, F&& body) {
-  if (setjmp(err.jump) != 0) return false;
-  body();
-  return true;
-}
-
 // Filter weights for one axis: output pixel i reads source pixels
 // [first[i], first[i] + count[i]) with weights[i * stride ...].
 struct AxisTaps {
@@ -78,14 +46,7 @@ struct AxisTaps {
 }  // namespace
 
 struct DecodeScratch::Impl {
-  Impl() {
-    jpeg_std_error(&err.pub);
-    err.pub.error_exit = JpegErrorExit;
-    err.pub.emit_message = JpegEmitMessage;
-    err.pub.output_message = JpegOutputMessage;
-    err.message[0] = '\0';
-    cinfo.err = &err.pub;
-  }
+  Impl() { cinfo.err = InitJpegErrors(&err, /*warnings_are_errors=*/true); }
   ~Impl() {
     if (jpeg_created) jpeg_destroy_decompress(&cinfo);
   }
@@ -102,9 +63,9 @@ struct DecodeScratch::Impl {
 
   std::vector<uint8_t> pixels;  // Decoded region (JPEG) or whole image (PNG).
   AxisTaps x_taps, y_taps;
-  std::vector<float> mid;  // Horizontal pass output, rows x out_width x 3.
+  std::vector<float> mid;   // Horizontal pass output, rows x out_width x 3.
   std::vector<float> quad;  // One source row widened to RGBX floats for the horizontal pass.
-  std::vector<float> acc;  // One output row being accumulated.
+  std::vector<float> acc;   // One output row being accumulated.
 
   bool only_fast_dct_scales = true;
   int last_dct_scale_eighths = 0;
