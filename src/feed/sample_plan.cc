@@ -171,26 +171,30 @@ Status SamplePlan::WriteImage(const Output& out, std::span<const std::byte> byte
                               SampleScratch* scratch, StageTimes* times) const {
   const ImageTransform& t = out.options.image;
   auto t0 = Clock::now();
-  SATURATE_ASSIGN_OR_RETURN(image::ImageInfo info, image::ProbeImage(bytes));
-  image::CropRect crop;
-  bool flip = false;
-  if (t.crop == ImageTransform::Crop::kRandomResized) {
-    // One stream per (sample, field): crop first, then flip, as torchvision draws them.
-    SampleRng rng(seed ^ (out.field * 0x9E3779B97F4A7C15ull), epoch, record_index);
-    RngSource source(&rng);
-    crop = image::RandomResizedCropParams(info.width, info.height, t.scale_min, t.scale_max,
-                                          t.ratio_min, t.ratio_max, source);
-    flip = t.flip_prob > 0 && rng.Uniform() < t.flip_prob;
-  } else {
-    crop = image::ResizeThenCenterCropRect(info.width, info.height, t.resize_shorter, t.width,
-                                           t.height);
-  }
+  // The crop is drawn once the decoder has read the image size: one stream
+  // per (sample, field), crop first, then flip, as torchvision draws them.
+  struct Planner : image::CropPlanner {
+    Planner(const ImageTransform* transform, SampleRng stream) : t(transform), rng(stream) {}
+    const ImageTransform* t;
+    SampleRng rng;
+    image::CropRect Plan(int width, int height, bool* hflip) override {
+      if (t->crop == ImageTransform::Crop::kCenter) {
+        return image::ResizeThenCenterCropRect(width, height, t->resize_shorter, t->width,
+                                               t->height);
+      }
+      RngSource source(&rng);
+      image::CropRect crop = image::RandomResizedCropParams(
+          width, height, t->scale_min, t->scale_max, t->ratio_min, t->ratio_max, source);
+      *hflip = t->flip_prob > 0 && rng.Uniform() < t->flip_prob;
+      return crop;
+    }
+  } planner(&t, SampleRng(seed ^ (out.field * 0x9E3779B97F4A7C15ull), epoch, record_index));
   const bool direct = t.dtype == DType::kUInt8 && t.layout == Layout::kHWC;
   const size_t pixel_bytes = static_cast<size_t>(t.width) * t.height * 3;
   if (!direct && scratch->pixels.size() < pixel_bytes) scratch->pixels.resize(pixel_bytes);
   uint8_t* rgb = direct ? reinterpret_cast<uint8_t*>(dst) : scratch->pixels.data();
   SATURATE_RETURN_IF_ERROR(
-      image::DecodeCropResize(bytes, crop, t.width, t.height, flip, rgb, &scratch->decode));
+      image::DecodeCropResize(bytes, planner, t.width, t.height, rgb, &scratch->decode));
   auto t1 = Clock::now();
   times->decode_ns += Nanos(t0, t1);
   if (!direct) {

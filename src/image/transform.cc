@@ -263,8 +263,8 @@ void CmykRowToRgb(const uint8_t* cmyk, int n, bool inverted, uint8_t* rgb) {
 
 // Decodes the crop's region of a JPEG at a planned DCT scale into s.pixels
 // and resizes it into out_rgb.
-Status DecodeJpegCrop(std::span<const std::byte> encoded, const CropRect& crop, int out_w,
-                      int out_h, bool hflip, uint8_t* out_rgb, DecodeScratch::Impl& s) {
+Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, int out_w,
+                      int out_h, uint8_t* out_rgb, DecodeScratch::Impl& s) {
   jpeg_decompress_struct& c = s.cinfo;
   const auto* data = reinterpret_cast<const unsigned char*>(encoded.data());
   if (!s.jpeg_created) {
@@ -285,6 +285,8 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, const CropRect& crop, 
   const int width = static_cast<int>(c.image_width);
   const int height = static_cast<int>(c.image_height);
   SATURATE_RETURN_IF_ERROR(CheckSize(width, height));
+  bool hflip = false;
+  const CropRect crop = planner.Plan(width, height, &hflip);
   SATURATE_RETURN_IF_ERROR(CheckCrop(crop, width, height));
 
   // Smallest s with the crop, scaled by s/8, still >= the output size.
@@ -371,8 +373,8 @@ struct PngReader {
   png_image image{};
 };
 
-Status DecodePngCrop(std::span<const std::byte> encoded, const CropRect& crop, int out_w, int out_h,
-                     bool hflip, uint8_t* out_rgb, DecodeScratch::Impl& s) {
+Status DecodePngCrop(std::span<const std::byte> encoded, CropPlanner& planner, int out_w, int out_h,
+                     uint8_t* out_rgb, DecodeScratch::Impl& s) {
   PngReader r;
   if (!png_image_begin_read_from_memory(&r.image, encoded.data(), encoded.size())) {
     return r.Error();
@@ -380,6 +382,8 @@ Status DecodePngCrop(std::span<const std::byte> encoded, const CropRect& crop, i
   const int width = static_cast<int>(r.image.width);
   const int height = static_cast<int>(r.image.height);
   SATURATE_RETURN_IF_ERROR(CheckSize(width, height));
+  bool hflip = false;
+  const CropRect crop = planner.Plan(width, height, &hflip);
   SATURATE_RETURN_IF_ERROR(CheckCrop(crop, width, height));
   r.image.format = PNG_FORMAT_RGB;
   const size_t bytes = PNG_IMAGE_SIZE(r.image);
@@ -518,8 +522,8 @@ CropRect ResizeThenCenterCropRect(int width, int height, int resize_shorter, int
   return r;
 }
 
-Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop, int out_width,
-                        int out_height, bool hflip, uint8_t* out_rgb, DecodeScratch* scratch) {
+Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner, int out_width,
+                        int out_height, uint8_t* out_rgb, DecodeScratch* scratch) {
   if (out_width <= 0 || out_height <= 0 || out_rgb == nullptr || scratch == nullptr) {
     return Status::InvalidArgument("DecodeCropResize: bad output " + std::to_string(out_width) +
                                    "x" + std::to_string(out_height));
@@ -528,14 +532,29 @@ Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop
   DecodeScratch::Impl& s = scratch->impl();
   switch (SniffFormat(encoded)) {
     case ImageFormat::kJpeg:
-      return DecodeJpegCrop(encoded, crop, out_width, out_height, hflip, out_rgb, s);
+      return DecodeJpegCrop(encoded, planner, out_width, out_height, out_rgb, s);
     case ImageFormat::kPng:
-      return DecodePngCrop(encoded, crop, out_width, out_height, hflip, out_rgb, s);
+      return DecodePngCrop(encoded, planner, out_width, out_height, out_rgb, s);
     case ImageFormat::kUnknown:
       break;
   }
   // ProbeImage words the "not a JPEG or PNG" message.
   return ProbeImage(encoded).status();
+}
+
+Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop, int out_width,
+                        int out_height, bool hflip, uint8_t* out_rgb, DecodeScratch* scratch) {
+  struct Fixed : CropPlanner {
+    CropRect rect;
+    bool flip;
+    CropRect Plan(int, int, bool* hflip_out) override {
+      *hflip_out = flip;
+      return rect;
+    }
+  } fixed;
+  fixed.rect = crop;
+  fixed.flip = hflip;
+  return DecodeCropResize(encoded, fixed, out_width, out_height, out_rgb, scratch);
 }
 
 void CropResizeRgb(const uint8_t* rgb, int width, int height, const CropRect& crop, int out_width,

@@ -119,6 +119,19 @@ class DecodeScratch {
 Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop, int out_width,
                         int out_height, bool hflip, uint8_t* out_rgb, DecodeScratch* scratch);
 
+// Chooses the crop (and flip) once the image size is known, so a random
+// crop needs only the one header read that the decode does anyway.
+class CropPlanner {
+ public:
+  virtual ~CropPlanner() = default;
+  // Called once per decode with the stored size; returns a crop inside it.
+  virtual CropRect Plan(int width, int height, bool* hflip) = 0;
+};
+
+// As above, with the crop and flip decided by `planner` after the header.
+Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner, int out_width,
+                        int out_height, uint8_t* out_rgb, DecodeScratch* scratch);
+
 // Resizes the `crop` of interleaved RGB8 pixels (width x height) to
 // out_width x out_height with an antialiased bilinear (triangle) filter whose
 // support widens with the reduction factor: PIL's Image.resize(BILINEAR)
