@@ -13,9 +13,14 @@
 #include <thread>
 
 #include "base/testing.h"
+#include "image/test_images.h"
 
 namespace saturate::image {
 namespace {
+
+using test_images::EncodeJpegRaw;
+using test_images::EncodePng;
+using test_images::Psnr;
 
 using Bytes = std::vector<std::byte>;
 
@@ -39,58 +44,10 @@ std::vector<uint8_t> Gradient(int w, int h) {
   return px;
 }
 
-double Psnr(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
-  double se = 0;
-  for (size_t i = 0; i < a.size(); ++i) se += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-  return se == 0 ? 99.0 : 10.0 * std::log10(255.0 * 255.0 * a.size() / se);
-}
-
 Bytes MustEncodeJpeg(const std::vector<uint8_t>& rgb, int w, int h, int quality = 90) {
   auto r = EncodeJpeg(rgb.data(), w, h, quality);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? std::move(r).value() : Bytes();
-}
-
-// Plain libjpeg, for colour spaces EncodeJpeg does not write (gray, CMYK).
-Bytes EncodeJpegRaw(const uint8_t* px, int w, int h, int components, J_COLOR_SPACE space) {
-  jpeg_compress_struct c{};
-  jpeg_error_mgr err;
-  c.err = jpeg_std_error(&err);
-  jpeg_create_compress(&c);
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&c, &buf, &size);
-  c.image_width = w;
-  c.image_height = h;
-  c.input_components = components;
-  c.in_color_space = space;
-  jpeg_set_defaults(&c);
-  jpeg_set_quality(&c, 95, TRUE);
-  jpeg_start_compress(&c, TRUE);
-  while (c.next_scanline < c.image_height) {
-    JSAMPROW row = const_cast<uint8_t*>(px + size_t(c.next_scanline) * w * components);
-    jpeg_write_scanlines(&c, &row, 1);
-  }
-  jpeg_finish_compress(&c);
-  jpeg_destroy_compress(&c);
-  Bytes out(reinterpret_cast<std::byte*>(buf), reinterpret_cast<std::byte*>(buf) + size);
-  std::free(buf);
-  return out;
-}
-
-Bytes EncodePng(const uint8_t* px, int w, int h, png_uint_32 format) {
-  png_image image{};
-  image.version = PNG_IMAGE_VERSION;
-  image.width = w;
-  image.height = h;
-  image.format = format;
-  png_alloc_size_t size = 0;
-  EXPECT_TRUE(png_image_write_get_memory_size(image, size, 0, px, 0, nullptr));
-  Bytes out(size);
-  EXPECT_TRUE(png_image_write_to_memory(&image, out.data(), &size, 0, px, 0, nullptr))
-      << image.message;
-  out.resize(size);
-  return out;
 }
 
 Bytes Prefix(const Bytes& b, size_t n) { return Bytes(b.begin(), b.begin() + n); }

@@ -10,11 +10,13 @@
 #ifndef SATURATE_IMAGE_JPEG_ERRORS_H_
 #define SATURATE_IMAGE_JPEG_ERRORS_H_
 
+// clang-format off
+#include <cstdio>  // jpeglib.h needs size_t and FILE declared first.
 #include <jerror.h>
 #include <jpeglib.h>
+// clang-format on
 
 #include <csetjmp>
-#include <cstdio>  // jpeglib.h needs FILE and size_t first.
 
 namespace saturate::image {
 
