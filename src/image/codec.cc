@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "image/jpeg_errors.h"
+#include "image/codec_internal.h"
 
 namespace saturate::image {
 namespace {
@@ -171,17 +171,6 @@ void VectorDestTerm(j_compress_ptr cinfo) {
 }
 
 // ---- libpng (simplified API) --------------------------------------------------
-
-// Owns a png_image; png_image_free is safe after success, failure or both.
-struct PngReader {
-  PngReader() { image.version = PNG_IMAGE_VERSION; }
-  ~PngReader() { png_image_free(&image); }
-  PngReader(const PngReader&) = delete;
-  PngReader& operator=(const PngReader&) = delete;
-  Status Error() const { return Status::Corruption(std::string("PNG: ") + image.message); }
-
-  png_image image{};
-};
 
 Status OpenPng(PngReader& r, std::span<const std::byte> bytes, ImageInfo* info) {
   if (!png_image_begin_read_from_memory(&r.image, bytes.data(), bytes.size())) return r.Error();

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "image/codec.h"
-#include "image/jpeg_errors.h"
+#include "image/codec_internal.h"
 
 namespace saturate::image {
 namespace {
@@ -362,16 +362,6 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
               out_rgb, s);
   return Status::OK();
 }
-
-// Owns a png_image; png_image_free is safe after success, failure or both.
-struct PngReader {
-  PngReader() { image.version = PNG_IMAGE_VERSION; }
-  ~PngReader() { png_image_free(&image); }
-  PngReader(const PngReader&) = delete;
-  PngReader& operator=(const PngReader&) = delete;
-  Status Error() const { return Status::Corruption(std::string("PNG: ") + image.message); }
-  png_image image{};
-};
 
 Status DecodePngCrop(std::span<const std::byte> encoded, CropPlanner& planner, int out_w, int out_h,
                      uint8_t* out_rgb, DecodeScratch::Impl& s) {

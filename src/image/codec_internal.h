@@ -1,4 +1,5 @@
-// libjpeg error plumbing shared by codec.cc and transform.cc.
+// Plumbing shared by codec.cc and transform.cc: libjpeg error handling and
+// an owning libpng reader.
 //
 // libjpeg reports errors through a callback that must not return: we
 // longjmp back into Guarded(), which then returns false and leaves the
@@ -7,8 +8,8 @@
 // ever printed: libjpeg's default output_message writes to stderr.
 //
 // Thread-safety: one JpegErrorMgr per libjpeg object, used by one thread.
-#ifndef SATURATE_IMAGE_JPEG_ERRORS_H_
-#define SATURATE_IMAGE_JPEG_ERRORS_H_
+#ifndef SATURATE_IMAGE_CODEC_INTERNAL_H_
+#define SATURATE_IMAGE_CODEC_INTERNAL_H_
 
 // clang-format off
 #include <cstdio>  // jpeglib.h needs size_t and FILE declared first.
@@ -16,7 +17,12 @@
 #include <jpeglib.h>
 // clang-format on
 
+#include <png.h>
+
 #include <csetjmp>
+#include <string>
+
+#include "saturate/base/status.h"
 
 namespace saturate::image {
 
@@ -61,6 +67,17 @@ bool Guarded(JpegErrorMgr& err, F&& body) {
   return true;
 }
 
+// Owns a png_image; png_image_free is safe after success, failure or both.
+struct PngReader {
+  PngReader() { image.version = PNG_IMAGE_VERSION; }
+  ~PngReader() { png_image_free(&image); }
+  PngReader(const PngReader&) = delete;
+  PngReader& operator=(const PngReader&) = delete;
+  Status Error() const { return Status::Corruption(std::string("PNG: ") + image.message); }
+
+  png_image image{};
+};
+
 }  // namespace saturate::image
 
-#endif  // SATURATE_IMAGE_JPEG_ERRORS_H_
+#endif  // SATURATE_IMAGE_CODEC_INTERNAL_H_
