@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: install what is needed, build, make the
-# sample data, pack it, verify it, and print a summary.
+# sample data, pack it, verify it, feed it through the loader, and print a summary.
 #   - a photo dataset (JPEGs cut from Debian's wallpapers) -> data/photos
 #   - packed (ImageFolder)                                  -> data/photos-{train,val}.sat
 #   - Fashion-MNIST from Debian's dataset-fashion-mnist      -> data/fashion-mnist-{train,test}.sat
@@ -39,6 +39,11 @@ $sat pack idx "$FMNIST/t10k-images-idx3-ubyte.gz" "$FMNIST/t10k-labels-idx1-ubyt
 step "verify"
 datasets=(data/photos-train.sat data/photos-val.sat data/fashion-mnist-train.sat data/fashion-mnist-test.sat)
 for d in "${datasets[@]}"; do $sat verify "$d"; done
+
+step "feed (the loader, as a training job would read them)"
+$sat bench feed data/photos-train.sat --batch 64 --epochs 2 -t image:crop=random,size=224,flip=0.5
+$sat bench feed data/fashion-mnist-train.sat --batch 256 --epochs 3 \
+  -t image:to-float,mean=0.2860,std=0.3530
 
 step "summary"
 printf '%-30s %9s %10s %7s  %s\n' dataset records size shards schema
