@@ -398,13 +398,12 @@ class Loader::Impl {
       ++busy_;
       lock.unlock();
 
-      LoaderStats local;
       StageTimes times;
       Status first_error;
       uint64_t first_error_slot = UINT64_MAX;
       std::vector<uint64_t> failed;  // small; usually empty
       for (uint64_t k = 0; k < indices.size(); ++k) {
-        Status s = ProduceSample(indices[k], epoch, begin + k, data, &scratch, &times, &local);
+        Status s = ProduceSample(indices[k], epoch, begin + k, data, &scratch, &times);
         if (!s.ok()) {
           failed.push_back(begin + k);
           if (first_error.ok()) {
@@ -415,8 +414,8 @@ class Loader::Impl {
       }
 
       lock.lock();
-      stats_.samples += local.samples;
-      stats_.read_ns += local.read_ns;
+      stats_.samples += indices.size() - failed.size();
+      stats_.read_ns += times.read_ns;
       stats_.decode_ns += times.decode_ns;
       stats_.transform_ns += times.transform_ns;
       if (--busy_ == 0 && pausing_) shared_->ready_cv.notify_all();
@@ -437,16 +436,15 @@ class Loader::Impl {
   }
 
   Status ProduceSample(uint64_t index, uint64_t epoch, uint64_t slot, std::byte* data,
-                       SampleScratch* scratch, StageTimes* times, LoaderStats* local) {
+                       SampleScratch* scratch, StageTimes* times) {
     auto t0 = Clock::now();
     auto record = dataset_->Get(index);
-    local->read_ns += Nanos(t0, Clock::now());
+    times->read_ns += Nanos(t0, Clock::now());
     if (!record.ok()) return record.status().WithContext("read");
     Status s = plan_.WriteSample(*record, index, options_.seed, epoch, slot, data, scratch, times);
     if (!s.ok()) {
       return s.WithContext(dataset_->dir() + ": record " + std::to_string(index));
     }
-    ++local->samples;
     return Status::OK();
   }
 

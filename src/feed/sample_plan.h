@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "image/codec.h"
 #include "image/transform.h"
 #include "saturate/feed/loader.h"
 #include "saturate/format/reader.h"
@@ -30,6 +29,7 @@ struct SampleScratch {
 
 // Nanoseconds spent per stage, accumulated by WriteSample().
 struct StageTimes {
+  uint64_t read_ns = 0;  // filled by the loader around Dataset::Get
   uint64_t decode_ns = 0;
   uint64_t transform_ns = 0;
 };

@@ -7,7 +7,6 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <string>
 
 #include "saturate/base/status.h"
