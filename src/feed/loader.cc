@@ -179,10 +179,8 @@ class Loader::Impl {
     if (delivered_ >= batches_per_epoch()) return std::optional<Batch>();
     Slot& slot = slots_[delivered_ % kMaxPrefetch];
     auto t0 = Clock::now();
-    while (!(slot.batch == delivered_ && slot.remaining == 0)) {
-      if (slot.batch != delivered_ && shared_->free.empty() &&
-          shared_->allocated >= shared_->capacity) {
-        // Every buffer is held by the consumer: no batch can be produced.
+    while (!SlotCompleteLocked(slot)) {
+      if (AllBuffersHeldLocked(slot)) {
         return Status::InvalidArgument("the consumer holds " + std::to_string(shared_->capacity) +
                                        " batches; release some or raise max_held_batches (now " +
                                        std::to_string(options_.max_held_batches) + ")");
@@ -209,6 +207,18 @@ class Loader::Impl {
     if (!error.ok()) return error;
     batch.tensors_ = plan_.Finish(batch.buffer_->data(), finish_valid_, count, &batch.size_);
     return std::optional<Batch>(std::move(batch));
+  }
+
+  bool WaitForNext(std::chrono::nanoseconds timeout) {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    auto t0 = Clock::now();
+    const bool ready = shared_->ready_cv.wait_for(lock, timeout, [&] {
+      if (delivered_ >= batches_per_epoch()) return true;
+      const Slot& slot = slots_[delivered_ % kMaxPrefetch];
+      return SlotCompleteLocked(slot) || AllBuffersHeldLocked(slot);
+    });
+    wait_ns_ += Nanos(t0, Clock::now());
+    return ready;
   }
 
   Status SetEpoch(uint64_t epoch, uint64_t batches_done) {
@@ -336,6 +346,16 @@ class Loader::Impl {
 
   uint64_t BatchCount(uint64_t b) const {
     return std::min<uint64_t>(options_.batch_size, order_.size() - b * options_.batch_size);
+  }
+
+  bool SlotCompleteLocked(const Slot& slot) const {
+    return slot.batch == delivered_ && slot.remaining == 0;
+  }
+
+  // Every buffer is held by the consumer, so the next batch can never be made.
+  bool AllBuffersHeldLocked(const Slot& slot) const {
+    return slot.batch != delivered_ && shared_->free.empty() &&
+           shared_->allocated >= shared_->capacity;
   }
 
   bool CanStartLocked(int worker) const {
@@ -511,6 +531,7 @@ uint64_t Loader::batch_bytes() const { return impl_->plan().batch_bytes(); }
 uint32_t Loader::rank() const { return impl_->sampler().options().shard.rank; }
 uint32_t Loader::world_size() const { return impl_->sampler().options().shard.world_size; }
 Result<std::optional<Batch>> Loader::Next() { return impl_->Next(); }
+bool Loader::WaitForNext(std::chrono::nanoseconds timeout) { return impl_->WaitForNext(timeout); }
 Status Loader::SetEpoch(uint64_t epoch) { return impl_->SetEpoch(epoch, 0); }
 LoaderState Loader::state() const { return impl_->state(); }
 LoaderStats Loader::stats() const { return impl_->stats(); }

@@ -339,6 +339,29 @@ TEST(LoaderTest, HoldingTooManyBatchesIsAnErrorNotADeadlock) {
   EXPECT_TRUE(loader->Next().ok());  // released: production resumes
 }
 
+TEST(LoaderTest, WaitForNextReportsWhenNextWouldNotBlock) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteArrayDataset(dir.path(), 20));
+  LoaderOptions o = ArrayOptions(dir.path());
+  o.prefetch = 1;
+  o.max_held_batches = 1;
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(o));
+  std::vector<Batch> held;
+  while (true) {
+    ASSERT_TRUE(loader->WaitForNext(std::chrono::seconds(10)));
+    auto b = loader->Next();
+    if (!b.ok()) break;  // all buffers held: reported ready, then an error
+    ASSERT_TRUE(b->has_value());
+    held.push_back(std::move(**b));
+  }
+  EXPECT_EQ(held.size(), 2u);  // prefetch + max_held_batches
+  held.clear();
+  std::vector<std::string> rest = Drain(loader.get());
+  EXPECT_EQ(rest.size(), 1u);                                     // 20 samples = 3 batches of 8
+  EXPECT_TRUE(loader->WaitForNext(std::chrono::nanoseconds(0)));  // epoch end is ready
+  EXPECT_GT(loader->stats().wait_ns, 0u);
+}
+
 TEST(LoaderTest, EarlyDestructionNeverHangsAndBatchesOutliveTheLoader) {
   testing::TempDir dir;
   SATURATE_ASSERT_OK(WriteImageDataset(dir.path(), 40));

@@ -23,12 +23,13 @@
 //
 // Ownership: a Batch holds its buffer until it (and every copy) is destroyed.
 // Batches may outlive the Loader. Thread-safety: one consumer thread calls
-// Next()/SetEpoch()/Restore(); stats() and state() may be called from any
+// Next()/WaitForNext()/SetEpoch()/Restore(); stats() and state() may be called from any
 // thread.
 #ifndef SATURATE_FEED_LOADER_H_
 #define SATURATE_FEED_LOADER_H_
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -206,6 +207,11 @@ class Loader {
 
   // The next batch of the current epoch, or nullopt at its end.
   Result<std::optional<Batch>> Next();
+  // Waits up to `timeout` until Next() would return without blocking (a
+  // batch, an error or the epoch's end is ready); returns whether it would.
+  // Lets a caller block in short slices, e.g. to notice Ctrl-C in Python.
+  // The time waited counts in stats().wait_ns like Next()'s.
+  bool WaitForNext(std::chrono::nanoseconds timeout);
   // Starts epoch `epoch` from its first batch (discarding work in flight).
   Status SetEpoch(uint64_t epoch);
 

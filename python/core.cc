@@ -1,0 +1,313 @@
+// saturate._core: the Python binding of the C++ library (nanobind).
+//
+// Thin by design: it converts options, releases the GIL around every call
+// that blocks or works, and exports batch tensors through DLPack without
+// copying. Ownership: every tensor of a batch holds one reference to a
+// capsule that owns the C++ Batch; the batch buffer returns to the loader's
+// pool when the last tensor viewing it is released. A non-OK Status becomes a
+// Python exception in exactly one place, ThrowIfError(). The Python package
+// (python/saturate) holds the user-facing API on top of this module.
+//
+// Thread-safety: a Loader is used from one Python thread at a time (the GIL
+// and the C++ Loader's single-consumer rule); pack and verify calls are
+// independent.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "saturate/base/status.h"
+#include "saturate/feed/loader.h"
+#include "saturate/format/verify.h"
+#include "saturate/pack/pack.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace saturate::python {
+namespace {
+
+// How often a blocked Next() comes back to check for Ctrl-C.
+constexpr auto kSignalPoll = std::chrono::milliseconds(50);
+
+// The one place a Status becomes a Python exception: the class is picked by
+// saturate.errors from the code's name; the message is kept whole.
+void ThrowIfError(const Status& status) {
+  if (status.ok()) return;
+  nb::object errors = nb::module_::import_("saturate.errors");
+  nb::object cls = errors.attr("error_class")(std::string(StatusCodeName(status.code())));
+  PyErr_SetString(cls.ptr(), status.message().c_str());
+  throw nb::python_error();
+}
+
+// Runs fn() with the GIL released (it blocks or works) and returns its result.
+template <typename Fn>
+auto WithoutGil(Fn&& fn) {
+  nb::gil_scoped_release release;
+  return fn();
+}
+
+template <typename T>
+T ValueOrThrow(Result<T>&& result) {
+  ThrowIfError(result.status());
+  return std::move(*result);
+}
+
+nb::dlpack::dtype ToDlpack(format::DType dtype) {
+  using format::DType;
+  switch (dtype) {
+    case DType::kUInt8:
+      return nb::dtype<uint8_t>();
+    case DType::kInt32:
+      return nb::dtype<int32_t>();
+    case DType::kInt64:
+      return nb::dtype<int64_t>();
+    case DType::kFloat16:
+      return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+    case DType::kFloat32:
+      return nb::dtype<float>();
+  }
+  return nb::dtype<uint8_t>();
+}
+
+enum class Framework { kNumpy, kTorch, kJax, kDlpack };
+
+template <typename Fw>
+nb::object Export(const feed::TensorView& t, nb::handle owner) {
+  std::vector<size_t> shape(t.shape.begin(), t.shape.end());
+  nb::ndarray<Fw> array(t.data, shape.size(), shape.data(), owner, nullptr, ToDlpack(t.dtype),
+                        nb::device::cpu::value);
+  return array.cast(nb::rv_policy::reference);
+}
+
+nb::object ExportAs(Framework fw, const feed::TensorView& t, nb::handle owner) {
+  switch (fw) {
+    case Framework::kTorch:
+      return Export<nb::pytorch>(t, owner);
+    case Framework::kJax:
+      return Export<nb::jax>(t, owner);
+    case Framework::kDlpack:
+      return Export<nb::array_api>(t, owner);
+    case Framework::kNumpy:
+      break;
+  }
+  return Export<nb::numpy>(t, owner);
+}
+
+nb::dict StatsDict(const feed::LoaderStats& s) {
+  nb::dict d;
+  d["samples"] = s.samples;
+  d["skipped"] = s.skipped;
+  d["read_ns"] = s.read_ns;
+  d["decode_ns"] = s.decode_ns;
+  d["transform_ns"] = s.transform_ns;
+  d["batches_ready"] = s.batches_ready;
+  d["batches_delivered"] = s.batches_delivered;
+  d["wait_ns"] = s.wait_ns;
+  d["threads"] = s.threads;
+  d["prefetch"] = s.prefetch;
+  d["autotune_reason"] = s.autotune_reason;
+  return d;
+}
+
+class PyLoader {
+ public:
+  explicit PyLoader(const feed::LoaderOptions& options)
+      : loader_(ValueOrThrow(WithoutGil([&] { return feed::Loader::Open(options); }))) {}
+
+  // The next batch as (tensors by name, info), or None at the epoch's end.
+  // Blocks in short slices so that Ctrl-C raises KeyboardInterrupt promptly.
+  nb::object Next(Framework fw) {
+    while (!WithoutGil([&] { return loader_->WaitForNext(kSignalPoll); })) {
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    }
+    std::optional<feed::Batch> batch = ValueOrThrow(WithoutGil([&] { return loader_->Next(); }));
+    if (!batch) return nb::none();
+    auto* owned = new feed::Batch(std::move(*batch));
+    nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<feed::Batch*>(p); });
+    nb::dict tensors, addresses;
+    for (const feed::TensorView& t : owned->tensors()) {
+      tensors[t.name.c_str()] = ExportAs(fw, t, owner);
+      addresses[t.name.c_str()] = reinterpret_cast<uintptr_t>(t.data);
+    }
+    nb::dict info;
+    info["epoch"] = owned->epoch();
+    info["index"] = owned->index();
+    info["size"] = owned->size();
+    info["addresses"] = addresses;
+    return nb::make_tuple(tensors, info);
+  }
+
+  void SetEpoch(uint64_t epoch) {
+    ThrowIfError(WithoutGil([&] { return loader_->SetEpoch(epoch); }));
+  }
+
+  std::string StateJson() const { return loader_->state().ToJson(); }
+
+  void RestoreJson(const std::string& json) {
+    feed::LoaderState state = ValueOrThrow(feed::LoaderState::FromJson(json));
+    ThrowIfError(WithoutGil([&] { return loader_->Restore(state); }));
+  }
+
+  const feed::Loader& loader() const { return *loader_; }
+
+ private:
+  std::unique_ptr<feed::Loader> loader_;
+};
+
+feed::LoaderOptions MakeLoaderOptions(const std::string& dataset, uint64_t batch_size, bool shuffle,
+                                      uint64_t seed, bool drop_last, std::optional<uint32_t> rank,
+                                      std::optional<uint32_t> world_size, bool drop_uneven,
+                                      int threads, int prefetch, uint64_t ram_cap_bytes,
+                                      int max_held_batches, bool skip_bad,
+                                      const std::vector<std::string>& transforms) {
+  feed::LoaderOptions o;
+  o.dataset = dataset;
+  o.batch_size = batch_size;
+  o.shuffle = shuffle;
+  o.seed = seed;
+  o.drop_last = drop_last;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.drop_uneven = drop_uneven;
+  o.threads = threads;
+  o.prefetch = prefetch;
+  o.ram_cap_bytes = ram_cap_bytes;
+  o.max_held_batches = max_held_batches;
+  o.skip_bad = skip_bad;
+  for (const std::string& spec : transforms) {
+    o.fields.push_back(ValueOrThrow(feed::ParseFieldOptions(spec)));
+  }
+  return o;
+}
+
+nb::dict SummaryDict(const pack::PackSummary& s) {
+  nb::dict d;
+  d["records"] = s.records;
+  d["bytes"] = s.bytes;
+  d["input_bytes"] = s.input_bytes;
+  d["shards"] = s.shards;
+  d["skipped"] = s.skipped;
+  d["skip_notes"] = s.skip_notes;
+  d["ignored_files"] = s.ignored_files;
+  d["seconds"] = s.seconds;
+  return d;
+}
+
+// Runs a pack function without the GIL and returns its summary.
+template <typename Fn>
+nb::dict RunPack(Fn&& fn) {
+  return SummaryDict(ValueOrThrow(WithoutGil(fn)));
+}
+
+pack::PackOptions MakePackOptions(uint64_t shard_bytes, int threads, bool force, bool skip_bad,
+                                  int reencode_max_side, int reencode_quality) {
+  pack::PackOptions o;
+  o.shard_bytes = shard_bytes;
+  o.threads = threads;
+  o.force = force;
+  o.skip_bad = skip_bad;
+  o.reencode_max_side = reencode_max_side;
+  o.reencode_quality = reencode_quality;
+  return o;
+}
+
+nb::dict Verify(const std::string& dataset, size_t max_problems, bool use_mmap) {
+  format::VerifyOptions options;
+  options.max_problems = max_problems;
+  options.use_mmap = use_mmap;
+  format::VerifyReport r =
+      ValueOrThrow(WithoutGil([&] { return format::VerifyDataset(dataset, options); }));
+  nb::list problems;
+  for (const format::VerifyProblem& p : r.problems) problems.append(p.ToString());
+  nb::dict d;
+  d["ok"] = r.ok();
+  d["records_checked"] = r.records_checked;
+  d["bytes_checked"] = r.bytes_checked;
+  d["problem_count"] = r.problem_count;
+  d["problems"] = problems;
+  return d;
+}
+
+}  // namespace
+}  // namespace saturate::python
+
+using namespace saturate;          // NOLINT: the module body names many library types
+using namespace saturate::python;  // NOLINT
+
+NB_MODULE(_core, m) {
+  m.doc() = "saturate's C++ engine; use the `saturate` package, not this module";
+
+  nb::enum_<Framework>(m, "Framework")
+      .value("numpy", Framework::kNumpy)
+      .value("torch", Framework::kTorch)
+      .value("jax", Framework::kJax)
+      .value("dlpack", Framework::kDlpack);
+
+  nb::class_<PyLoader>(m, "Loader")
+      .def(
+          "__init__",
+          [](PyLoader* self, const std::string& dataset, uint64_t batch_size, bool shuffle,
+             uint64_t seed, bool drop_last, std::optional<uint32_t> rank,
+             std::optional<uint32_t> world_size, bool drop_uneven, int threads, int prefetch,
+             uint64_t ram_cap_bytes, int max_held_batches, bool skip_bad,
+             const std::vector<std::string>& transforms) {
+            new (self) PyLoader(MakeLoaderOptions(
+                dataset, batch_size, shuffle, seed, drop_last, rank, world_size, drop_uneven,
+                threads, prefetch, ram_cap_bytes, max_held_batches, skip_bad, transforms));
+          },
+          "dataset"_a, "batch_size"_a, "shuffle"_a, "seed"_a, "drop_last"_a, "rank"_a.none(),
+          "world_size"_a.none(), "drop_uneven"_a, "threads"_a, "prefetch"_a, "ram_cap_bytes"_a,
+          "max_held_batches"_a, "skip_bad"_a, "transforms"_a)
+      .def("next", &PyLoader::Next, "framework"_a)
+      .def("set_epoch", &PyLoader::SetEpoch, "epoch"_a)
+      .def("state_json", &PyLoader::StateJson)
+      .def("restore_json", &PyLoader::RestoreJson, "json"_a)
+      .def("stats", [](const PyLoader& l) { return StatsDict(l.loader().stats()); })
+      .def_prop_ro("batches_per_epoch",
+                   [](const PyLoader& l) { return l.loader().batches_per_epoch(); })
+      .def_prop_ro("batch_bytes", [](const PyLoader& l) { return l.loader().batch_bytes(); })
+      .def_prop_ro("rank", [](const PyLoader& l) { return l.loader().rank(); })
+      .def_prop_ro("world_size", [](const PyLoader& l) { return l.loader().world_size(); });
+
+  m.def(
+      "pack_folder",
+      [](const std::string& root, const std::string& out, uint64_t shard_bytes, int threads,
+         bool force, bool skip_bad, int reencode_max_side, int reencode_quality) {
+        pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, skip_bad,
+                                              reencode_max_side, reencode_quality);
+        return RunPack([&] { return pack::PackImageFolder(root, out, o); });
+      },
+      "root"_a, "out"_a, "shard_bytes"_a, "threads"_a, "force"_a, "skip_bad"_a,
+      "reencode_max_side"_a, "reencode_quality"_a);
+  m.def(
+      "pack_table",
+      [](const std::string& table, const std::string& path_column, const std::string& label_column,
+         const std::string& out, uint64_t shard_bytes, int threads, bool force, bool skip_bad,
+         int reencode_max_side, int reencode_quality) {
+        pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, skip_bad,
+                                              reencode_max_side, reencode_quality);
+        pack::TableSpec spec{path_column, label_column};
+        return RunPack([&] { return pack::PackTable(table, spec, out, o); });
+      },
+      "table"_a, "path_column"_a, "label_column"_a, "out"_a, "shard_bytes"_a, "threads"_a,
+      "force"_a, "skip_bad"_a, "reencode_max_side"_a, "reencode_quality"_a);
+  m.def(
+      "pack_idx",
+      [](const std::string& images, const std::string& labels,
+         const std::vector<std::string>& class_names, const std::string& out, uint64_t shard_bytes,
+         int threads, bool force) {
+        pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, false, 0, 90);
+        pack::IdxSpec spec{images, labels, class_names};
+        return RunPack([&] { return pack::PackIdx(spec, out, o); });
+      },
+      "images"_a, "labels"_a, "class_names"_a, "out"_a, "shard_bytes"_a, "threads"_a, "force"_a);
+  m.def("verify", &Verify, "dataset"_a, "max_problems"_a, "use_mmap"_a);
+}

@@ -1,0 +1,21 @@
+"""saturate: keep GPUs busy while models train.
+
+    import saturate
+    from saturate import transforms as T
+
+    saturate.pack("photos/train", "data/train.sat")          # once, offline
+    loader = saturate.Loader("data/train.sat", batch_size=64,
+                             transforms={"image": [T.RandomResizedCrop(224), T.RandomHorizontalFlip()]})
+    for batch in loader:                                      # dict of torch tensors, zero-copy
+        ...
+
+See README.md and docs/python.md.
+"""
+
+from . import errors, transforms
+from .errors import Error
+from .loader import Loader
+from .pack import pack, verify
+
+__version__ = "0.1.0"
+__all__ = ["Loader", "pack", "verify", "transforms", "errors", "Error", "__version__"]

@@ -1,0 +1,191 @@
+"""saturate.Loader: the C++ input pipeline as a Python iterable of batches.
+
+A drop-in for ``torch.utils.data.DataLoader`` over a packed dataset::
+
+    loader = saturate.Loader("data/train.sat", batch_size=64, shuffle=True, seed=0,
+                             transforms={"image": [T.RandomResizedCrop(224),
+                                                   T.RandomHorizontalFlip()]})
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            x, y = batch["image"], batch["label"]
+
+Lifetime rule (zero-copy): the tensors of a batch view the loader's batch
+buffer directly. The buffer goes back to the loader's pool when the last
+tensor (or view of one) of that batch is released, and only then is it
+reused, so a batch you hold is never overwritten. The pool has room for
+``prefetch + max_held_batches`` batches; holding more than
+``max_held_batches`` batches at once raises an error instead of blocking
+(copy with ``.clone()`` what you keep for longer, or raise the limit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Dict, Iterator, Mapping, Optional, Union
+
+from . import _core
+from .transforms import field_spec
+
+_FRAMEWORKS = {
+    "torch": _core.Framework.torch,
+    "numpy": _core.Framework.numpy,
+    "jax": _core.Framework.jax,
+    "dlpack": _core.Framework.dlpack,
+}
+
+
+def _auto(name: str, value: Union[int, str, None]) -> int:
+    """ "auto" or None -> 0 (the engine's auto), else a positive int."""
+    if value is None or value == "auto":
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name}: {value!r} (use a positive int or 'auto')")
+    return value
+
+
+def _distributed_rank() -> tuple[Optional[int], Optional[int]]:
+    """(rank, world_size) from torch.distributed when it is initialized, else (None, None).
+
+    None lets the engine read RANK/WORLD_SIZE (torchrun) or SLURM_PROCID/SLURM_NTASKS.
+    """
+    torch = sys.modules.get("torch")  # never import torch for this
+    if torch is None:
+        return None, None
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None, None
+    return dist.get_rank(), dist.get_world_size()
+
+
+class Loader:
+    """Batches of a saturate dataset, decoded and augmented in C++ threads.
+
+    Args:
+      dataset: a directory written by ``saturate pack`` / :func:`saturate.pack`.
+      batch_size: samples per batch.
+      shuffle, seed: a new permutation each epoch, from (seed, epoch).
+      drop_last: drop the epoch's last, incomplete batch.
+      rank, world_size: data-parallel sharding. Default: torch.distributed when
+        initialized, else RANK/WORLD_SIZE (torchrun), SLURM_PROCID/SLURM_NTASKS, else 1 rank.
+      drop_uneven: ranks drop the tail (True) or pad by repeating samples (False,
+        as DistributedSampler does), so every rank has the same number of batches.
+      threads, prefetch: a positive int or "auto" (autotuned while running).
+      transforms: ``{field: transform}``; see :mod:`saturate.transforms`.
+      framework: "torch", "numpy", "jax" or "dlpack" (objects with ``__dlpack__``).
+      max_held_batches: batches you may keep alive at once (see the lifetime rule).
+      skip_bad: drop samples that fail to decode (counted in ``stats()``) instead of raising.
+      ram_cap_bytes: autotuning keeps the batch pool under this (0: RAM / 10).
+    """
+
+    def __init__(
+        self,
+        dataset: Union[str, os.PathLike],
+        batch_size: int = 32,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        drop_uneven: bool = False,
+        threads: Union[int, str] = "auto",
+        prefetch: Union[int, str] = "auto",
+        transforms: Optional[Mapping[str, Any]] = None,
+        framework: str = "torch",
+        max_held_batches: int = 2,
+        skip_bad: bool = False,
+        ram_cap_bytes: int = 0,
+    ):
+        if framework not in _FRAMEWORKS:
+            raise ValueError(f"framework: {framework!r} (use one of {', '.join(_FRAMEWORKS)})")
+        if framework in ("torch", "jax"):
+            __import__(framework)  # a clear ImportError now, not at the first batch
+        if not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size: {batch_size!r} (use a positive int)")
+        if rank is None and world_size is None:
+            rank, world_size = _distributed_rank()
+        self._framework = _FRAMEWORKS[framework]
+        self._core = _core.Loader(
+            dataset=os.fspath(dataset),
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            rank=rank,
+            world_size=world_size,
+            drop_uneven=drop_uneven,
+            threads=_auto("threads", threads),
+            prefetch=_auto("prefetch", prefetch),
+            ram_cap_bytes=ram_cap_bytes,
+            max_held_batches=max_held_batches,
+            skip_bad=skip_bad,
+            transforms=[field_spec(f, t) for f, t in (transforms or {}).items()],
+        )
+        self._epoch = 0
+        self._done = 0  # batches of self._epoch delivered
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank."""
+        return self._core.batches_per_epoch
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        # A new iteration after a finished epoch starts the next one, so that
+        # forgetting set_epoch() never repeats an epoch's order.
+        if self._done >= len(self) and len(self) > 0:
+            self.set_epoch(self._epoch + 1)
+        while True:
+            item = self._core.next(self._framework)
+            if item is None:
+                return
+            tensors, info = item
+            self._done = info["index"] + 1
+            yield tensors
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` from its first batch (its order comes from (seed, epoch))."""
+        self._core.set_epoch(epoch)
+        self._epoch, self._done = epoch, 0
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def state_dict(self) -> Dict[str, int]:
+        """Where the loader stands: plain ints, safe to torch.save or json.dump.
+
+        As torchdata's StatefulDataLoader: after ``load_state_dict`` (in this or a
+        new process) iteration continues with the batch after the last one
+        delivered, byte for byte as the uninterrupted run, without re-decoding
+        anything before it.
+        """
+        return json.loads(self._core.state_json())
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        self._core.restore_json(json.dumps(dict(state)))
+        self._epoch, self._done = int(state["epoch"]), int(state["batches_done"])
+
+    def stats(self) -> Dict[str, Any]:
+        """Per-stage counters since start: samples, skipped, read/decode/transform
+        nanoseconds (summed over threads), batches, the consumer's ``wait_ns``, and the
+        current threads/prefetch (the autotuner may change them)."""
+        return self._core.stats()
+
+    @property
+    def batch_bytes(self) -> int:
+        """Bytes of one batch buffer."""
+        return self._core.batch_bytes
+
+    @property
+    def rank(self) -> int:
+        return self._core.rank
+
+    @property
+    def world_size(self) -> int:
+        return self._core.world_size
+
+    def _next_with_info(self):
+        """(tensors, info) for tests: info holds the C++ buffer addresses."""
+        return self._core.next(self._framework)

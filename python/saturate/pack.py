@@ -1,0 +1,73 @@
+"""saturate.pack / saturate.verify: thin wrappers over the engine (as the CLI's
+``saturate pack`` and ``saturate verify``). Both release the GIL while they work."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional, Sequence, Union
+
+from . import _core
+
+PathLike = Union[str, os.PathLike]
+
+
+def _size_bytes(size: Union[int, str]) -> int:
+    """256 * 2**20 or "256MiB" / "1GiB" / "64KiB"."""
+    if isinstance(size, int):
+        return size
+    units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "b": 1}
+    text = size.strip().lower()
+    for unit, mult in units.items():
+        if text.endswith(unit) and text[: -len(unit)].strip().isdigit():
+            return int(text[: -len(unit)]) * mult
+    if text.isdigit():
+        return int(text)
+    raise ValueError(f"shard_size: {size!r} (use bytes or e.g. '256MiB')")
+
+
+def pack(
+    source: PathLike,
+    out: PathLike,
+    *,
+    labels: Optional[PathLike] = None,
+    class_names: Sequence[str] = (),
+    path_column: str = "path",
+    label_column: str = "label",
+    shard_size: Union[int, str] = "256MiB",
+    threads: int = 0,
+    force: bool = False,
+    skip_bad: bool = False,
+    reencode_max_side: int = 0,
+    reencode_quality: int = 90,
+) -> Dict[str, Any]:
+    """Packs a dataset into ``out`` and returns a summary dict (records, bytes, shards, ...).
+
+    ``source`` is one of:
+      - a directory in torchvision ImageFolder layout (``ROOT/<class>/<image>``);
+      - a ``.csv`` / ``.jsonl`` table with one row per image (``path_column``,
+        ``label_column``; other columns become fields);
+      - an MNIST-style IDX images file, with ``labels=`` the IDX labels file.
+
+    The output appears at ``out`` only when complete; ``force`` replaces an existing
+    dataset (never a directory that is not one).
+    """
+    source, out = os.fspath(source), os.fspath(out)
+    common = dict(out=out, shard_bytes=_size_bytes(shard_size), threads=threads, force=force)
+    if labels is not None:
+        return _core.pack_idx(
+            images=source, labels=os.fspath(labels), class_names=list(class_names), **common
+        )
+    reencode = dict(
+        skip_bad=skip_bad, reencode_max_side=reencode_max_side, reencode_quality=reencode_quality
+    )
+    if os.path.isdir(source):
+        return _core.pack_folder(root=source, **common, **reencode)
+    return _core.pack_table(
+        table=source, path_column=path_column, label_column=label_column, **common, **reencode
+    )
+
+
+def verify(dataset: PathLike, *, max_problems: int = 20, use_mmap: bool = True) -> Dict[str, Any]:
+    """Checks every byte of a dataset. Returns ``{"ok", "records_checked", "bytes_checked",
+    "problem_count", "problems"}``; raises only when the dataset cannot be read at all."""
+    return _core.verify(dataset=os.fspath(dataset), max_problems=max_problems, use_mmap=use_mmap)
