@@ -2,9 +2,10 @@
 //
 // Thin by design: it converts options, releases the GIL around every call
 // that blocks or works, and exports batch tensors through DLPack without
-// copying. Ownership: every tensor of a batch holds one reference to a
+// copying. Ownership: every large tensor of a batch holds one reference to a
 // capsule that owns the C++ Batch; the batch buffer returns to the loader's
-// pool when the last tensor viewing it is released. A non-OK Status becomes a
+// pool when the last tensor viewing it is released. Small tensors (labels)
+// are copied, see kCopyBelowBytes. A non-OK Status becomes a
 // Python exception in exactly one place, ThrowIfError(). The Python package
 // (python/saturate) holds the user-facing API on top of this module.
 //
@@ -17,7 +18,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -79,26 +82,41 @@ nb::dlpack::dtype ToDlpack(format::DType dtype) {
 
 enum class Framework { kNumpy, kTorch, kJax, kDlpack };
 
+// Tensors smaller than this (labels, lengths) are copied out of the batch
+// buffer, so that keeping them (e.g. labels for metrics) never pins a buffer;
+// larger ones (images) are views of it.
+constexpr size_t kCopyBelowBytes = 16 << 10;
+
 template <typename Fw>
-nb::object Export(const feed::TensorView& t, nb::handle owner) {
+nb::object Export(const feed::TensorView& t, void* data, nb::handle owner) {
   std::vector<size_t> shape(t.shape.begin(), t.shape.end());
-  nb::ndarray<Fw> array(t.data, shape.size(), shape.data(), owner, nullptr, ToDlpack(t.dtype),
+  nb::ndarray<Fw> array(data, shape.size(), shape.data(), owner, nullptr, ToDlpack(t.dtype),
                         nb::device::cpu::value);
   return array.cast(nb::rv_policy::reference);
 }
 
-nb::object ExportAs(Framework fw, const feed::TensorView& t, nb::handle owner) {
+// `t` as a tensor of framework `fw`: a view kept alive by `batch_owner`, or
+// for small tensors a copy that owns its memory.
+nb::object ExportAs(Framework fw, const feed::TensorView& t, nb::handle batch_owner) {
+  void* data = t.data;
+  nb::object owner = nb::borrow(batch_owner);
+  if (t.bytes() < kCopyBelowBytes) {
+    auto* copy = new std::byte[std::max<size_t>(t.bytes(), 1)];
+    std::memcpy(copy, t.data, t.bytes());
+    data = copy;
+    owner = nb::capsule(copy, [](void* p) noexcept { delete[] static_cast<std::byte*>(p); });
+  }
   switch (fw) {
     case Framework::kTorch:
-      return Export<nb::pytorch>(t, owner);
+      return Export<nb::pytorch>(t, data, owner);
     case Framework::kJax:
-      return Export<nb::jax>(t, owner);
+      return Export<nb::jax>(t, data, owner);
     case Framework::kDlpack:
-      return Export<nb::array_api>(t, owner);
+      return Export<nb::array_api>(t, data, owner);
     case Framework::kNumpy:
       break;
   }
-  return Export<nb::numpy>(t, owner);
+  return Export<nb::numpy>(t, data, owner);
 }
 
 nb::dict StatsDict(const feed::LoaderStats& s) {

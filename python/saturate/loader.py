@@ -10,13 +10,14 @@ A drop-in for ``torch.utils.data.DataLoader`` over a packed dataset::
         for batch in loader:
             x, y = batch["image"], batch["label"]
 
-Lifetime rule (zero-copy): the tensors of a batch view the loader's batch
-buffer directly. The buffer goes back to the loader's pool when the last
-tensor (or view of one) of that batch is released, and only then is it
-reused, so a batch you hold is never overwritten. The pool has room for
-``prefetch + max_held_batches`` batches; holding more than
-``max_held_batches`` batches at once raises an error instead of blocking
-(copy with ``.clone()`` what you keep for longer, or raise the limit).
+Lifetime rule (zero-copy): a batch's large tensors (images, arrays: 16 KiB
+and up) view the loader's batch buffer directly, without a copy. The buffer
+goes back to the loader's pool when the last tensor (or view of one) of that
+batch is released, and only then is it reused, so a batch you hold is never
+overwritten. The pool has room for ``prefetch + max_held_batches`` batches;
+holding more than ``max_held_batches`` batches' large tensors at once raises
+an error instead of blocking (``.clone()`` what you keep for longer, or raise
+the limit). Small tensors (labels, lengths) are copies: keep them freely.
 """
 
 from __future__ import annotations
@@ -132,20 +133,27 @@ class Loader:
         return self._core.batches_per_epoch
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
-        # A new iteration after a finished epoch starts the next one, so that
-        # forgetting set_epoch() never repeats an epoch's order.
-        if self._done >= len(self) and len(self) > 0:
-            self.set_epoch(self._epoch + 1)
+        """The rest of the current epoch. When it ends, the loader moves on to the
+        next epoch (and starts preparing it), so forgetting set_epoch() never
+        repeats an epoch's order; breaking out and iterating again continues."""
         while True:
             item = self._core.next(self._framework)
             if item is None:
+                self.set_epoch(self._epoch + 1)
                 return
             tensors, info = item
             self._done = info["index"] + 1
             yield tensors
 
     def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch`` from its first batch (its order comes from (seed, epoch))."""
+        """Start epoch ``epoch`` from its first batch (its order comes from (seed, epoch)).
+
+        As DistributedSampler.set_epoch, calling it with the current epoch changes
+        nothing: a loop that calls ``set_epoch(epoch)`` at the top of every epoch
+        keeps the batches prepared ahead, and resumes right after load_state_dict.
+        """
+        if epoch == self._epoch:
+            return
         self._core.set_epoch(epoch)
         self._epoch, self._done = epoch, 0
 
@@ -187,5 +195,6 @@ class Loader:
         return self._core.world_size
 
     def _next_with_info(self):
-        """(tensors, info) for tests: info holds the C++ buffer addresses."""
+        """(tensors, info) or None at the epoch's end; for tests: info holds the
+        C++ buffer addresses."""
         return self._core.next(self._framework)

@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional, Sequence, Union
 from . import _core
 
 PathLike = Union[str, os.PathLike]
+_TABLE_SUFFIXES = (".csv", ".jsonl", ".ndjson")
 
 
 def _size_bytes(size: Union[int, str]) -> int:
@@ -44,7 +45,7 @@ def pack(
 
     ``source`` is one of:
       - a directory in torchvision ImageFolder layout (``ROOT/<class>/<image>``);
-      - a ``.csv`` / ``.jsonl`` table with one row per image (``path_column``,
+      - a ``.csv`` / ``.jsonl`` / ``.ndjson`` table with one row per image (``path_column``,
         ``label_column``; other columns become fields);
       - an MNIST-style IDX images file, with ``labels=`` the IDX labels file.
 
@@ -60,11 +61,11 @@ def pack(
     reencode = dict(
         skip_bad=skip_bad, reencode_max_side=reencode_max_side, reencode_quality=reencode_quality
     )
-    if os.path.isdir(source):
-        return _core.pack_folder(root=source, **common, **reencode)
-    return _core.pack_table(
-        table=source, path_column=path_column, label_column=label_column, **common, **reencode
-    )
+    if source.lower().endswith(_TABLE_SUFFIXES):
+        return _core.pack_table(
+            table=source, path_column=path_column, label_column=label_column, **common, **reencode
+        )
+    return _core.pack_folder(root=source, **common, **reencode)
 
 
 def verify(dataset: PathLike, *, max_problems: int = 20, use_mmap: bool = True) -> Dict[str, Any]:

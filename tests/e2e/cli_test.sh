@@ -597,6 +597,13 @@ expect_json 'j["samples"] + 8 * j["warmup_batches"]' 80 "bench feed counts every
 expect_json 'j["threads"]' 2 "bench feed reports its threads"
 expect_json 'all(k in j for k in ["images_per_s", "batches", "prefetch", "wait_ns_total", "elapsed_s"])' \
   True "bench feed JSON keys"
+sat bench feed killed2 --batch 8 --threads 1 --digest --json -t image:crop=random,size=32
+expect_rc 0 "bench feed --digest with 1 thread"
+digest1=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["digest"])' "$OUT")
+sat bench feed killed2 --batch 8 --threads 3 --digest --json -t image:crop=random,size=32
+expect_json 'j["digest"]' "$digest1" "bench feed digest is the same for 1 and 3 threads"
+sat bench feed killed2 --batch 8 --threads 3 --digest --json --seed 1 -t image:crop=random,size=32
+expect_json 'j["digest"] != "'"$digest1"'"' True "bench feed digest changes with the seed"
 sat bench feed killed2 -t image:size=banana
 expect_rc 2 "bench feed with a bad transform"
 expect_err "option 'size'" "bench feed names the bad option"

@@ -1,9 +1,11 @@
 // saturate bench feed DATASET: how fast the loader feeds, and where time goes.
 #include <sys/resource.h>
+#include <xxhash.h>
 
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
@@ -23,7 +25,32 @@ struct FeedFlags {
   bool no_shuffle = false;
   bool skip_bad = false;
   std::vector<std::string> transforms;
+  bool digest = false;
   bool json = false;
+};
+
+// XXH3-64 over every output tensor's bytes, batch by batch in delivery order:
+// a fingerprint of exactly what a training loop would see.
+class OutputDigest {
+ public:
+  OutputDigest() : state_(XXH3_createState()) { XXH3_64bits_reset(state_.get()); }
+  void Add(const feed::Batch& batch) {
+    for (const feed::TensorView& t : batch.tensors()) {
+      XXH3_64bits_update(state_.get(), t.data, t.bytes());
+    }
+  }
+  std::string Hex() const {
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx",
+                  static_cast<unsigned long long>(XXH3_64bits_digest(state_.get())));
+    return hex;
+  }
+
+ private:
+  struct Free {
+    void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
+  };
+  std::unique_ptr<XXH3_state_t, Free> state_;
 };
 
 double CpuSeconds() {
@@ -71,6 +98,7 @@ int RunFeed(const FeedFlags& f) {
   const uint64_t total = l.batches_per_epoch() * f.epochs;
   ProgressBar bar("feed", "batch");
   uint64_t batches = 0, samples = 0;
+  OutputDigest digest;
   feed::LoaderStats at_start;
   auto start = std::chrono::steady_clock::now();
   double cpu_start = CpuSeconds();
@@ -83,6 +111,7 @@ int RunFeed(const FeedFlags& f) {
       auto next = l.Next();
       if (!next.ok()) return ReportError("bench feed", next.status());
       if (!next->has_value()) break;
+      if (f.digest) digest.Add(**next);
       ++batches;
       if (batches == f.warmup) {  // measure the steady state, after start-up
         at_start = l.stats();
@@ -123,6 +152,7 @@ int RunFeed(const FeedFlags& f) {
         {"transform_us_per_sample", per_sample_us(end.transform_ns, at_start.transform_ns)},
         {"cpu_cores_used", cpu_cores},
         {"skipped", end.skipped}};
+    if (f.digest) j["digest"] = digest.Hex();
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
@@ -139,6 +169,7 @@ int RunFeed(const FeedFlags& f) {
       elapsed_s, cpu_cores);
   if (end.skipped)
     std::printf("skipped %llu bad samples\n", static_cast<unsigned long long>(end.skipped));
+  if (f.digest) std::printf("output digest (XXH3-64 of every batch): %s\n", digest.Hex().c_str());
   return kExitOk;
 }
 
@@ -167,6 +198,9 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   cmd->add_option("-t,--transform", f->transforms,
                   "Per-field transform FIELD:OPTION,... e.g. "
                   "image:crop=random,size=224,flip=0.5,dtype=uint8 (repeatable)");
+  cmd->add_flag("--digest", f->digest,
+                "Print an XXH3-64 digest of all output bytes (same options, same digest: "
+                "any thread count, any run)");
   cmd->add_flag("--json", f->json,
                 "One JSON object: images_per_s, batches, threads, prefetch, "
                 "wait_ns_total, elapsed_s, per-stage times, CPU");

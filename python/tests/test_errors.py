@@ -1,0 +1,89 @@
+"""Errors: one exception type per engine status, with the engine's message; Ctrl-C."""
+
+import os
+import signal
+import time
+
+import pytest
+
+import saturate
+from saturate import transforms as T
+
+from conftest import HERE, run_python
+
+
+def test_missing_dataset_names_the_path(tmp_path):
+    missing = str(tmp_path / "nope.sat")
+    with pytest.raises(FileNotFoundError, match="nope.sat") as info:
+        saturate.Loader(missing, 4)
+    assert isinstance(info.value, saturate.Error) and info.value.code == "not_found"
+
+
+def test_bad_options_name_the_option(photos):
+    with pytest.raises(ValueError, match="option 'crop'"):
+        saturate.Loader(photos, 4, transforms={"image": "crop=sideways"})
+    with pytest.raises(ValueError, match="threads"):
+        saturate.Loader(photos, 4, threads=0)
+    with pytest.raises(ValueError, match="framework"):
+        saturate.Loader(photos, 4, framework="tensorflow")
+    with pytest.raises(ValueError, match="batch_size"):
+        saturate.Loader(photos, 0)
+    with pytest.raises(saturate.Error, match="nosuchfield"):
+        saturate.Loader(photos, 4, transforms={"nosuchfield": [T.ToDtype("float32")]})
+    with pytest.raises(TypeError, match="transforms"):
+        saturate.Loader(photos, 4, transforms={"image": 42})
+
+
+def corrupt_copy(dataset, dest):
+    """A copy of `dataset` with one byte flipped in the middle of its first shard."""
+    os.makedirs(dest)
+    for name in os.listdir(dataset):
+        data = bytearray(open(os.path.join(dataset, name), "rb").read())
+        if name.endswith(".srec"):
+            data[len(data) // 2] ^= 0xFF
+        open(os.path.join(dest, name), "wb").write(bytes(data))
+    return dest
+
+
+def test_corrupt_record_raises_with_context_or_is_skipped(photos, tmp_path):
+    bad = corrupt_copy(photos, str(tmp_path / "bad.sat"))
+    with pytest.raises(saturate.errors.CorruptionError, match=r"record \d+") as info:
+        for _ in saturate.Loader(bad, 4, shuffle=False, transforms={"image": [T.CenterCrop(16)]}):
+            pass
+    assert "bad.sat" in str(info.value)
+    loader = saturate.Loader(bad, 4, shuffle=False, skip_bad=True,
+                             transforms={"image": [T.CenterCrop(16)]})
+    n = sum(b["image"].shape[0] for b in loader)
+    assert loader.stats()["skipped"] >= 1 and n == 36 - loader.stats()["skipped"]
+
+
+def test_ctrl_c_during_iteration_stops_promptly(tmp_path):
+    script = tmp_path / "slow.py"
+    script.write_text(f"""
+import sys; sys.path.insert(0, {HERE!r})
+from conftest import make_photo_folder
+import saturate
+make_photo_folder({str(tmp_path / 'f')!r}, per_class=40, classes=1)
+saturate.pack({str(tmp_path / 'f')!r}, {str(tmp_path / 'd.sat')!r})
+# One thread and big outputs: the main thread spends its time blocked in the engine.
+loader = saturate.Loader({str(tmp_path / 'd.sat')!r}, 40, threads=1, prefetch=1,
+                         transforms={{"image": "crop=random,size=1024"}})
+print("started", flush=True)
+for epoch in range(1000):
+    for batch in loader:
+        pass
+""")
+    import subprocess, sys
+
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(1.0)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 5
+    assert "KeyboardInterrupt" in err
+    # Python exits by SIGINT after an uncaught KeyboardInterrupt: not a crash, not a hang.
+    assert proc.returncode == -signal.SIGINT

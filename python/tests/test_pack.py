@@ -1,0 +1,44 @@
+"""saturate.pack / saturate.verify from Python."""
+
+import os
+
+import pytest
+
+import saturate
+
+from conftest import make_photo_folder
+
+
+def test_pack_folder_then_verify(tmp_path):
+    make_photo_folder(str(tmp_path / "f"), per_class=4, classes=2)
+    summary = saturate.pack(tmp_path / "f", tmp_path / "d.sat", shard_size="64KiB")
+    assert summary["records"] == 8 and summary["shards"] >= 1
+    report = saturate.verify(tmp_path / "d.sat")
+    assert report["ok"] and report["records_checked"] == 8
+    with pytest.raises(FileExistsError, match="d.sat"):
+        saturate.pack(tmp_path / "f", tmp_path / "d.sat")
+    assert saturate.pack(tmp_path / "f", tmp_path / "d.sat", force=True)["records"] == 8
+
+
+def test_verify_reports_a_flipped_byte(tmp_path):
+    make_photo_folder(str(tmp_path / "f"), per_class=3, classes=1)
+    saturate.pack(tmp_path / "f", tmp_path / "d.sat")
+    shard = next(p for p in os.listdir(tmp_path / "d.sat") if p.endswith(".srec"))
+    path = tmp_path / "d.sat" / shard
+    data = bytearray(path.read_bytes())
+    data[300] ^= 1
+    path.write_bytes(bytes(data))
+    report = saturate.verify(tmp_path / "d.sat")
+    assert not report["ok"] and report["problem_count"] >= 1
+    assert shard in report["problems"][0]
+
+
+def test_pack_table_and_errors(tmp_path):
+    make_photo_folder(str(tmp_path / "f"), per_class=2, classes=1)
+    rows = ["path,label,weight"] + [f"f/class0/{i:03d}.jpg,{i},0.5" for i in range(2)]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    assert saturate.pack(tmp_path / "t.csv", tmp_path / "t.sat")["records"] == 2
+    with pytest.raises(FileNotFoundError):
+        saturate.pack(tmp_path / "missing", tmp_path / "x.sat")
+    with pytest.raises(ValueError, match="shard_size"):
+        saturate.pack(tmp_path / "f", tmp_path / "y.sat", shard_size="lots")
