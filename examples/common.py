@@ -8,7 +8,7 @@ import itertools
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import saturate
 import torch
@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 DEFAULT_DATA = Path(__file__).resolve().parent.parent / "data"
 
 Result = dict[str, Any]
+XView = Optional[Callable[[torch.Tensor], torch.Tensor]]
 
 
 # ---------------------------------------------------------------- flags
@@ -47,7 +48,7 @@ def threads_arg(text: str) -> Union[int, str]:
 def add_train_args(parser: argparse.ArgumentParser, *, batch_size: int, lr: float) -> None:
     """The flags both training examples share; the defaults that differ are arguments."""
     parser.add_argument("--loader", choices=("saturate", "torch"), default="saturate",
-                        help="saturate.Loader or torch.utils.data.DataLoader (default: %(default)s)")
+                        help="saturate.Loader or torch's DataLoader (default: %(default)s)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, metavar="DIR",
                         help="directory of the packed datasets (default: %(default)s)")
     parser.add_argument("--epochs", type=positive_int,
@@ -58,7 +59,8 @@ def add_train_args(parser: argparse.ArgumentParser, *, batch_size: int, lr: floa
                         help="steps left out of the measurement (default: %(default)s)")
     parser.add_argument("--batch-size", type=positive_int, default=batch_size,
                         help="default: %(default)s")
-    parser.add_argument("--lr", type=float, default=lr, help="SGD learning rate (default: %(default)s)")
+    parser.add_argument("--lr", type=float, default=lr,
+                        help="SGD learning rate (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0,
                         help="model initialization and shuffling (default: %(default)s)")
     parser.add_argument("--threads", type=threads_arg, default="auto",
@@ -66,6 +68,15 @@ def add_train_args(parser: argparse.ArgumentParser, *, batch_size: int, lr: floa
     parser.add_argument("--workers", type=non_negative_int, default=2,
                         help="torch: DataLoader num_workers (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
+
+
+def parse_train_args(parser: argparse.ArgumentParser,
+                     argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, refusing a run too short to measure."""
+    args = parser.parse_args(argv)
+    if args.max_steps is not None and args.max_steps <= args.warmup:
+        parser.error(f"--max-steps {args.max_steps} leaves nothing after --warmup {args.warmup}")
+    return args
 
 
 # ---------------------------------------------------------------- loaders
@@ -77,8 +88,7 @@ class SaturateBatches:
     ``x_view`` reshapes x without copying it (e.g. adds Fashion-MNIST's channel dim).
     """
 
-    def __init__(self, loader: saturate.Loader, threads: Union[int, str],
-                 x_view: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+    def __init__(self, loader: saturate.Loader, threads: Union[int, str], x_view: XView = None,
                  x_field: str = "image", y_field: str = "label"):
         self.loader, self.threads, self.x_view = loader, threads, x_view
         self.x_field, self.y_field = x_field, y_field
@@ -95,8 +105,8 @@ class SaturateBatches:
             yield (self.x_view(x) if self.x_view else x), batch[self.y_field]
 
 
-def saturate_batches(dataset: Path, args: argparse.Namespace, transforms: dict, *, shuffle: bool,
-                     x_view: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> SaturateBatches:
+def saturate_batches(dataset: Path, args: argparse.Namespace, transforms: dict, *,
+                     shuffle: bool, x_view: XView = None) -> SaturateBatches:
     """A saturate.Loader over ``dataset``, configured from the common flags."""
     loader = saturate.Loader(dataset, batch_size=args.batch_size, shuffle=shuffle, seed=args.seed,
                              threads=args.threads, transforms=transforms)
@@ -227,6 +237,7 @@ def _timed_batches(loader: Iterable, epochs: Iterable[int], timer: StepTimer) ->
 
 
 def _epoch_numbers(epochs: Optional[int], max_steps: Optional[int]) -> Iterable[int]:
+    """``epochs`` epochs; without it, as many as ``max_steps`` takes, else one."""
     if epochs is not None:
         return range(epochs)
     return itertools.count() if max_steps else range(1)

@@ -50,7 +50,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     # One worker per core, the usual choice; more only contend with training for the CPU.
     parser.add_argument("--workers", type=common.non_negative_int, default=os.cpu_count() or 2,
                         help="DataLoader num_workers (default: the CPU count, %(default)s)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if min(args.fmnist_steps, args.photos_steps) <= args.warmup:
+        parser.error(f"--fmnist-steps and --photos-steps must exceed --warmup {args.warmup}")
+    return args
 
 
 def tasks(args: argparse.Namespace) -> list[tuple[str, object, list[str]]]:

@@ -84,7 +84,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--idx-dir", type=Path, default=IDX_DIR,
                         help="torch: the gzipped IDX files (default: %(default)s)")
     parser.add_argument("--eval", action="store_true", help="report the test set's accuracy")
-    return parser.parse_args(argv)
+    return common.parse_train_args(parser, argv)
 
 
 def run(args: argparse.Namespace) -> common.Result:

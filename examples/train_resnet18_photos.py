@@ -40,7 +40,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     common.add_train_args(parser, batch_size=64, lr=0.05)
     parser.add_argument("--image-size", type=common.positive_int, default=224, metavar="PX",
                         help="crop size (default: %(default)s; 112 makes a quick CPU run)")
-    return parser.parse_args(argv)
+    return common.parse_train_args(parser, argv)
 
 
 def run(args: argparse.Namespace) -> common.Result:

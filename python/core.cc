@@ -140,22 +140,30 @@ class PyLoader {
   explicit PyLoader(const feed::LoaderOptions& options)
       : loader_(ValueOrThrow(WithoutGil([&] { return feed::Loader::Open(options); }))) {}
 
-  // The next batch as (tensors by name, info), or None at the epoch's end.
+  // The next batch's tensors by name, or None at the epoch's end; with
+  // `with_info`, a tuple (tensors, info) whose info has the batch's epoch,
+  // index, size and the C++ address of each tensor (for tests).
   // Blocks in short slices so that Ctrl-C raises KeyboardInterrupt promptly.
-  nb::object Next(Framework fw) {
-    while (!WithoutGil([&] { return loader_->WaitForNext(kSignalPoll); })) {
-      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+  nb::object Next(Framework fw, bool with_info) {
+    // Keep the GIL when the batch is already there (the workers never take it).
+    if (!loader_->WaitForNext(std::chrono::nanoseconds(0))) {
+      while (!WithoutGil([&] { return loader_->WaitForNext(kSignalPoll); })) {
+        if (PyErr_CheckSignals() != 0) throw nb::python_error();
+      }
     }
-    std::optional<feed::Batch> batch = ValueOrThrow(WithoutGil([&] { return loader_->Next(); }));
+    std::optional<feed::Batch> batch = ValueOrThrow(loader_->Next());  // ready: never blocks
     if (!batch) return nb::none();
     auto* owned = new feed::Batch(std::move(*batch));
     nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<feed::Batch*>(p); });
-    nb::dict tensors, addresses;
+    nb::dict tensors;
     for (const feed::TensorView& t : owned->tensors()) {
       tensors[t.name.c_str()] = ExportAs(fw, t, owner);
+    }
+    if (!with_info) return tensors;
+    nb::dict info, addresses;
+    for (const feed::TensorView& t : owned->tensors()) {
       addresses[t.name.c_str()] = reinterpret_cast<uintptr_t>(t.data);
     }
-    nb::dict info;
     info["epoch"] = owned->epoch();
     info["index"] = owned->index();
     info["size"] = owned->size();
@@ -284,7 +292,7 @@ NB_MODULE(_core, m) {
           "dataset"_a, "batch_size"_a, "shuffle"_a, "seed"_a, "drop_last"_a, "rank"_a.none(),
           "world_size"_a.none(), "drop_uneven"_a, "threads"_a, "prefetch"_a, "ram_cap_bytes"_a,
           "max_held_batches"_a, "skip_bad"_a, "transforms"_a)
-      .def("next", &PyLoader::Next, "framework"_a)
+      .def("next", &PyLoader::Next, "framework"_a, "with_info"_a = false)
       .def("set_epoch", &PyLoader::SetEpoch, "epoch"_a)
       .def("state_json", &PyLoader::StateJson)
       .def("restore_json", &PyLoader::RestoreJson, "json"_a)

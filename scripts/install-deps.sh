@@ -17,6 +17,9 @@ packages=(
   libcli11-dev nlohmann-json3-dev
   # sample data (scripts/make-photo-dataset, Fashion-MNIST)
   python3 python3-pil dataset-fashion-mnist plasma-workspace-wallpapers
+  # the Python package, its tests and examples (scripts/python-env.sh): Debian's
+  # CPU build of torch 1.13 is ~50 MB where PyPI's torch 2.x pulls GBs of CUDA wheels
+  python3-dev python3-venv python3-numpy python3-pytest python3-torch python3-torchvision
 )
 
 missing=()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this):
-#   1. installs missing dependencies (Debian packages),
-#   2. builds with warnings as errors (CUDA code too, when the toolkit is present)
+#   1. installs missing dependencies (Debian packages; PyPI for the Python venv),
+#   2. builds with warnings as errors (CUDA code and the Python module too)
 #      and runs every unit and end-to-end test,
+#   2b. installs the Python package with `pip install .` into .venv and runs pytest,
 #   3. rebuilds with ASan+UBSan and runs every test again,
 #   4. rebuilds the threaded parts with TSan and runs their tests,
 #   5. builds the libFuzzer targets with clang and runs each for a bounded time,
@@ -15,10 +16,17 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 step "dependencies"
 scripts/install-deps.sh
 
+step "Python environment and package (pip install . into .venv)"
+scripts/python-env.sh .venv
+
 step "build (warnings as errors) and test"
-cmake -S . -B build/ci -G Ninja -DSATURATE_WERROR=ON -DSATURATE_BUILD_BENCH=ON >/dev/null
+cmake -S . -B build/ci -G Ninja -DSATURATE_WERROR=ON -DSATURATE_BUILD_BENCH=ON \
+  -DSATURATE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/.venv/bin/python" >/dev/null
 cmake --build build/ci -j "$JOBS"
 ctest --test-dir build/ci --output-on-failure -j "$JOBS"
+
+step "Python tests (pytest, against the installed package)"
+.venv/bin/python -m pytest -q
 
 step "ASan + UBSan build and test"
 cmake -S . -B build/asan -G Ninja -DSATURATE_WERROR=ON -DSATURATE_WITH_CUDA=OFF \

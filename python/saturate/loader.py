@@ -136,14 +136,11 @@ class Loader:
         """The rest of the current epoch. When it ends, the loader moves on to the
         next epoch (and starts preparing it), so forgetting set_epoch() never
         repeats an epoch's order; breaking out and iterating again continues."""
-        while True:
-            item = self._core.next(self._framework)
-            if item is None:
-                self.set_epoch(self._epoch + 1)
-                return
-            tensors, info = item
-            self._done = info["index"] + 1
+        core_next, framework = self._core.next, self._framework
+        while (tensors := core_next(framework)) is not None:
+            self._done += 1
             yield tensors
+        self.set_epoch(self._epoch + 1)
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch`` from its first batch (its order comes from (seed, epoch)).
@@ -197,4 +194,7 @@ class Loader:
     def _next_with_info(self):
         """(tensors, info) or None at the epoch's end; for tests: info holds the
         C++ buffer addresses."""
-        return self._core.next(self._framework)
+        item = self._core.next(self._framework, with_info=True)
+        if item is not None:
+            self._done += 1
+        return item

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The Python environment for saturate's package, tests and examples: a venv
+# over Debian's Python (3.11) that sees Debian's torch, torchvision, numpy and
+# pytest (--system-site-packages), plus from PyPI the build tools (nanobind,
+# scikit-build-core), xxhash for the tests and, when it installs cleanly, jax
+# (pinned to Debian's numpy so that torch keeps working). Then builds and
+# installs saturate into it with `pip install .`, as a user would.
+#
+# usage: scripts/python-env.sh [VENV]     (default: .venv; run install-deps.sh first)
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+VENV=${1:-.venv}
+PY=/usr/bin/python3  # Debian's, whose site-packages hold python3-torch
+
+if [[ ! -x $VENV/bin/python ]]; then
+  $PY -m venv --system-site-packages "$VENV"
+fi
+pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+numpy_version=$($PY -c 'import numpy; print(numpy.__version__)')
+"${pip[@]}" install "nanobind>=2.0" "scikit-build-core>=0.10" xxhash
+if ! "${pip[@]}" install "jax[cpu]==0.4.30" "numpy==$numpy_version"; then
+  echo "python-env: jax did not install; its tests will be skipped" >&2
+fi
+"${pip[@]}" install .
+"$VENV/bin/python" -c 'import saturate, torch; print("python-env: saturate", saturate.__version__, "with torch", torch.__version__, "in", __import__("sys").prefix)'
