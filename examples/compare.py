@@ -59,6 +59,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def tasks(args: argparse.Namespace) -> list[tuple[str, object, list[str]]]:
     """(title, example module, its flags) of each comparison."""
     return [
+        # A tiny model, so the input pipeline sets the pace: where loaders differ.
+        ("Fashion-MNIST linear", train_fashion_mnist, ["--model", "linear", "--epochs", "1"]),
         ("Fashion-MNIST CNN", train_fashion_mnist, ["--max-steps", str(args.fmnist_steps)]),
         (f"ResNet-18 photos {args.image_size}px", train_resnet18_photos,
          ["--max-steps", str(args.photos_steps), "--image-size", str(args.image_size),

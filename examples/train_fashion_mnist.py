@@ -57,6 +57,11 @@ class FashionMNIST(Dataset):
         return image.unsqueeze(0), int(self.labels[i])
 
 
+def linear(num_classes: int = NUM_CLASSES) -> nn.Module:
+    """Logistic regression: so little compute per image that the input pipeline sets the pace."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, num_classes))
+
+
 def cnn(num_classes: int = NUM_CLASSES) -> nn.Module:
     """Two conv layers (32, 64) with pooling, then two fully connected layers."""
     return nn.Sequential(
@@ -66,6 +71,9 @@ def cnn(num_classes: int = NUM_CLASSES) -> nn.Module:
         nn.Linear(64 * 7 * 7, 128), nn.ReLU(inplace=True),
         nn.Linear(128, num_classes),
     )
+
+
+MODELS = {"cnn": cnn, "linear": linear}
 
 
 def make_loader(args: argparse.Namespace, split: str, *, shuffle: bool):
@@ -83,6 +91,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     common.add_train_args(parser, batch_size=256, lr=0.05)
     parser.add_argument("--idx-dir", type=Path, default=IDX_DIR,
                         help="torch: the gzipped IDX files (default: %(default)s)")
+    parser.add_argument("--model", choices=sorted(MODELS), default="cnn",
+                        help="cnn, or linear: input-bound (default: %(default)s)")
     parser.add_argument("--eval", action="store_true", help="report the test set's accuracy")
     return common.parse_train_args(parser, argv)
 
@@ -91,7 +101,7 @@ def run(args: argparse.Namespace) -> common.Result:
     """Trains as ``args`` say; the result of common.train, with "test_accuracy" under --eval."""
     loader = make_loader(args, "train", shuffle=True)
     torch.manual_seed(args.seed)  # the same initial weights whichever the loader
-    model = cnn()
+    model = MODELS[args.model]()
     result = common.train(model, loader, lr=args.lr, epochs=args.epochs,
                           max_steps=args.max_steps, warmup=args.warmup)
     if args.eval:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: install what is needed, build, make the
-# sample data, pack it, verify it, feed it through the loader, and print a summary.
+# The main job on a fresh machine: install what is needed, build and install
+# the Python package (engine, module and CLI) into .venv, make the sample data,
+# pack it, verify it, feed it through the loader, train on it fed by saturate
+# and by torch's DataLoader in turn, and print a summary.
 #   - a photo dataset (JPEGs cut from Debian's wallpapers) -> data/photos
 #   - packed (ImageFolder)                                  -> data/photos-{train,val}.sat
 #   - Fashion-MNIST from Debian's dataset-fashion-mnist      -> data/fashion-mnist-{train,test}.sat
@@ -15,10 +17,9 @@ FMNIST_CLASSES="T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag
 step "dependencies"
 scripts/install-deps.sh
 
-step "build"
-cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DSATURATE_BUILD_TESTS=OFF >/dev/null
-cmake --build build/release -j "$JOBS" --target saturate
-sat=build/release/tools/saturate/saturate
+step "build and install the Python package into .venv (pip install .; the CLI comes with it)"
+scripts/python-env.sh .venv
+sat=.venv/bin/saturate
 $sat devices
 
 step "sample photos"
@@ -45,6 +46,9 @@ $sat bench feed data/photos-train.sat --batch 64 --epochs 2 -t image:crop=random
 $sat bench feed data/fashion-mnist-train.sat --batch 256 --epochs 3 \
   -t image:to-float,mean=0.2860,std=0.3530
 
+step "train on CPU: fed by saturate, then by torch's DataLoader (examples/compare.py)"
+.venv/bin/python examples/compare.py --data data
+
 step "summary"
 printf '%-30s %9s %10s %7s  %s\n' dataset records size shards schema
 for d in "${datasets[@]}"; do
@@ -55,3 +59,4 @@ print("%-30s %9d %8.1fMB %7d  %s" % (j["dataset"], j["records"], j["bytes"] / 1e
 done
 echo
 echo "done: inspect one with  $sat inspect data/photos-train.sat"
+echo "      use it from Python:  source .venv/bin/activate; python -c 'import saturate'  (docs/python.md)"
