@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 namespace saturate::cli {
@@ -52,6 +53,33 @@ Result<uint64_t> ParseSize(std::string_view text) {
   if (n > (UINT64_MAX >> shift))
     return Status::InvalidArgument("size too large: '" + std::string(text) + "'");
   return n << shift;
+}
+
+Result<int64_t> ParseDurationNs(std::string_view text) {
+  const std::string t(text);
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  const std::string unit(end);
+  double scale = 0;
+  if (unit == "ns") {
+    scale = 1;
+  } else if (unit == "us") {
+    scale = 1e3;
+  } else if (unit == "ms") {
+    scale = 1e6;
+  } else if (unit == "s") {
+    scale = 1e9;
+  } else if (unit == "m" || unit == "min") {
+    scale = 60e9;
+  }
+  if (end == t.c_str() || scale == 0) {
+    return Status::InvalidArgument("bad duration '" + t + "' (e.g. 100ms, 1s, 2.5s, 5min)");
+  }
+  const double ns = v * scale;
+  if (!(ns >= 1) || ns > 9e18) {
+    return Status::InvalidArgument("duration out of range: '" + t + "'");
+  }
+  return static_cast<int64_t>(ns);
 }
 
 std::string FormatBytes(uint64_t bytes) {

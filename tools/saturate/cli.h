@@ -30,6 +30,8 @@ int ReportError(std::string_view command, const Status& status);
 
 // "256MiB", "1G", "4096" -> bytes.
 Result<uint64_t> ParseSize(std::string_view text);
+// "100ms", "2.5s", "250us", "5min" -> nanoseconds (>= 1).
+Result<int64_t> ParseDurationNs(std::string_view text);
 std::string FormatBytes(uint64_t bytes);     // "1.5 GiB"
 std::string FormatDuration(double seconds);  // "1:05" or "2:03:10"
 

@@ -5,6 +5,16 @@
 namespace saturate::cli {
 namespace {
 
+TEST(ParseDurationTest, UnitsAndErrors) {
+  EXPECT_EQ(*ParseDurationNs("100ms"), 100'000'000);
+  EXPECT_EQ(*ParseDurationNs("2.5s"), 2'500'000'000);
+  EXPECT_EQ(*ParseDurationNs("250us"), 250'000);
+  EXPECT_EQ(*ParseDurationNs("5min"), 300'000'000'000);
+  for (const char* bad : {"", "100", "ms", "1h", "-1s", "0s", "1e30s", "nan s"}) {
+    EXPECT_FALSE(ParseDurationNs(bad).ok()) << bad;
+  }
+}
+
 TEST(ParseSizeTest, UnitsAndErrors) {
   EXPECT_EQ(*ParseSize("4096"), 4096u);
   EXPECT_EQ(*ParseSize("64KiB"), 64u << 10);

@@ -1,0 +1,109 @@
+#include "watch/child.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+
+extern char** environ;
+
+namespace saturate::watch {
+namespace {
+
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+constexpr int kNumForwarded = sizeof(kForwarded) / sizeof(kForwarded[0]);
+
+std::atomic<pid_t> g_forward_to{-1};
+struct sigaction g_previous[kNumForwarded];
+
+void Forward(int sig, siginfo_t* info, void*) {
+  // The terminal signals the whole foreground process group, child included.
+  if (info != nullptr && info->si_code == SI_KERNEL) return;
+  const pid_t pid = g_forward_to.load();
+  if (pid > 0) kill(pid, sig);
+}
+
+void InstallForwarding(pid_t pid) {
+  g_forward_to.store(pid);
+  struct sigaction sa = {};
+  sa.sa_sigaction = Forward;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < kNumForwarded; ++i) sigaction(kForwarded[i], &sa, &g_previous[i]);
+}
+
+void RemoveForwarding() {
+  for (int i = 0; i < kNumForwarded; ++i) sigaction(kForwarded[i], &g_previous[i], nullptr);
+  g_forward_to.store(-1);
+}
+
+int ExitCode(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+Result<Child> Child::Spawn(const std::vector<std::string>& argv, const ChildOptions& options) {
+  if (argv.empty() || argv[0].empty()) return Status::InvalidArgument("no command to run");
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (options.output_fd >= 0) {
+    posix_spawn_file_actions_adddup2(&actions, options.output_fd, STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, options.output_fd, STDERR_FILENO);
+  }
+  pid_t pid = -1;
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    return rc == ENOENT ? Status::NotFound(argv[0] + ": command not found")
+                        : Status::FromErrno("cannot run " + argv[0], rc);
+  }
+  if (options.forward_signals) InstallForwarding(pid);
+  return Child(pid, options.forward_signals);
+}
+
+Child::Child(Child&& other) noexcept
+    : pid_(other.pid_), forwarding_(other.forwarding_), exit_code_(other.exit_code_) {
+  other.pid_ = -1;
+  other.forwarding_ = false;
+}
+
+Child::~Child() {
+  if (pid_ > 0 && !exit_code_) {
+    kill(pid_, SIGKILL);
+    (void)Reap(/*block=*/true);
+  }
+  if (forwarding_) RemoveForwarding();
+}
+
+Result<std::optional<int>> Child::Reap(bool block) {
+  if (exit_code_) return exit_code_;
+  if (pid_ <= 0) return Status::InvalidArgument("no child process");
+  while (true) {
+    int status = 0;
+    const pid_t r = waitpid(pid_, &status, block ? 0 : WNOHANG);
+    if (r == pid_) {
+      exit_code_ = ExitCode(status);
+      return exit_code_;
+    }
+    if (r == 0) return std::optional<int>();
+    if (errno != EINTR) return Status::FromErrno("waitpid", errno);
+  }
+}
+
+Result<int> Child::Wait() {
+  SATURATE_ASSIGN_OR_RETURN(std::optional<int> code, Reap(/*block=*/true));
+  return *code;
+}
+
+Result<std::optional<int>> Child::Poll() { return Reap(/*block=*/false); }
+
+}  // namespace saturate::watch
