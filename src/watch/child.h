@@ -34,7 +34,8 @@ struct ChildOptions {
 
 class Child {
  public:
-  static Result<Child> Spawn(const std::vector<std::string>& argv, const ChildOptions& options = {});
+  static Result<Child> Spawn(const std::vector<std::string>& argv,
+                             const ChildOptions& options = {});
   Child(Child&& other) noexcept;
   Child& operator=(Child&& other) = delete;
   Child(const Child&) = delete;

@@ -43,11 +43,12 @@ TEST(ChildTest, SignalsSentToUsReachTheChild) {
   testing::TempDir dir;
   const std::string got = dir.path() + "/got";
   // The child records that it received SIGTERM, then exits 7.
-  SATURATE_ASSERT_OK_AND_ASSIGN(
-      Child c, Child::Spawn({"sh", "-c", "trap 'echo term > " + got + "; exit 7' TERM; " +
-                                             "while :; do sleep 0.05; done"}));
+  SATURATE_ASSERT_OK_AND_ASSIGN(Child c,
+                                Child::Spawn({"sh", "-c",
+                                              "trap 'echo term > " + got + "; exit 7' TERM; " +
+                                                  "while :; do sleep 0.05; done"}));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let it set the trap
-  ASSERT_EQ(kill(getpid(), SIGTERM), 0);                       // to us, as a scheduler would
+  ASSERT_EQ(kill(getpid(), SIGTERM), 0);                        // to us, as a scheduler would
   SATURATE_ASSERT_OK_AND_ASSIGN(int code, c.Wait());
   EXPECT_EQ(code, 7);
   std::ifstream in(got);

@@ -1,0 +1,327 @@
+#include "watch/snapshot.h"
+
+#include <cstdio>
+
+#include "watch/prometheus.h"
+
+namespace saturate::watch {
+namespace {
+
+using json = nlohmann::json;
+
+template <typename T>
+void Put(json& j, const char* key, const std::optional<T>& v) {
+  if (v) j[key] = *v;
+}
+
+json GpuJson(const GpuSample& g) {
+  json j = {{"index", g.index}};
+  if (g.lost) {
+    j["lost"] = true;
+    return j;
+  }
+  Put(j, "util_pct", g.util_pct);
+  Put(j, "util_sampled_pct", g.util_sampled_pct);
+  Put(j, "mem_util_pct", g.mem_util_pct);
+  Put(j, "memory_used_bytes", g.memory_used_bytes);
+  Put(j, "memory_total_bytes", g.memory_total_bytes);
+  Put(j, "power_w", g.power_w);
+  Put(j, "energy_mj", g.energy_mj);
+  Put(j, "sm_clock_mhz", g.sm_clock_mhz);
+  Put(j, "mem_clock_mhz", g.mem_clock_mhz);
+  Put(j, "pcie_rx_bytes_per_s", g.pcie_rx_bytes_per_s);
+  Put(j, "pcie_tx_bytes_per_s", g.pcie_tx_bytes_per_s);
+  Put(j, "temperature_c", g.temperature_c);
+  if (g.clocks_event_reasons) {
+    j["clocks_event_reasons"] = ClocksEventReasonNames(*g.clocks_event_reasons);
+  }
+  if (g.processes) {
+    json procs = json::array();
+    for (const GpuProcess& p : *g.processes) {
+      json pj = {{"pid", p.pid}};
+      Put(pj, "used_memory_bytes", p.used_memory_bytes);
+      Put(pj, "sm_util_pct", p.sm_util_pct);
+      procs.push_back(std::move(pj));
+    }
+    j["processes"] = std::move(procs);
+  }
+  if (!g.xid_events.empty()) {
+    json xids = json::array();
+    for (const XidEvent& x : g.xid_events) xids.push_back(x.xid);
+    j["xid"] = std::move(xids);
+  }
+  return j;
+}
+
+std::string Format(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+std::string GiB(uint64_t bytes) { return Format("%.1f", double(bytes) / (1u << 30)); }
+
+// A metric family over the GPUs that have the value.
+template <typename Fn>
+void GpuFamily(PrometheusText& page, const char* name, const char* type, const char* help,
+               const Snapshot& s, const std::vector<GpuDeviceInfo>& gpus,
+               const std::string& hostname, Fn value) {
+  bool started = false;
+  for (const GpuSample& g : s.gpus) {
+    std::optional<double> v = g.lost ? std::nullopt : value(g);
+    if (!v) continue;
+    if (!started) page.Family(name, type, help);
+    started = true;
+    const GpuDeviceInfo* info = g.index < int(gpus.size()) ? &gpus[g.index] : nullptr;
+    page.Sample({{"gpu", std::to_string(g.index)},
+                 {"UUID", info ? info->uuid : ""},
+                 {"pci_bus_id", info ? info->pci_bus_id : ""},
+                 {"device", "nvidia" + std::to_string(g.index)},
+                 {"modelName", info ? info->name : ""},
+                 {"Hostname", hostname}},
+                *v);
+  }
+}
+
+template <typename T>
+std::optional<double> AsDouble(const std::optional<T>& v) {
+  return v ? std::optional<double>(double(*v)) : std::nullopt;
+}
+
+std::string Pct(const std::optional<double>& v) { return v ? Format("%3.0f%%", *v) : " n/a"; }
+
+std::string Opt(const char* fmt, const std::optional<double>& v) {
+  return v ? Format(fmt, *v) : "n/a";
+}
+
+template <typename T>
+std::optional<double> Scaled(const std::optional<T>& v, double factor) {
+  return v ? std::optional<double>(double(*v) * factor) : std::nullopt;
+}
+
+}  // namespace
+
+json SnapshotJson(const Snapshot& s) {
+  json cores = json::array();
+  for (const CpuUsage& c : s.host.cores) {
+    cores.push_back(
+        {{"user_pct", c.user_pct}, {"system_pct", c.system_pct}, {"iowait_pct", c.iowait_pct}});
+  }
+  json j = {{"t_ns", s.t_ns},
+            {"unix_ns", s.unix_ns},
+            {"host",
+             {{"cpu_user_pct", s.host.cpu.user_pct},
+              {"cpu_system_pct", s.host.cpu.system_pct},
+              {"cpu_iowait_pct", s.host.cpu.iowait_pct},
+              {"cpu_busy_pct", s.host.cpu.busy_pct},
+              {"cores", std::move(cores)},
+              {"mem_used_bytes", s.mem.used_bytes()},
+              {"mem_available_bytes", s.mem.available_bytes},
+              {"mem_total_bytes", s.mem.total_bytes},
+              {"disk_read_bytes_per_s", s.host.disks_total.read_bytes_per_s},
+              {"disk_write_bytes_per_s", s.host.disks_total.write_bytes_per_s}}}};
+  if (s.tree) {
+    json members = json::array();
+    for (const ProcessRow& p : s.processes) {
+      members.push_back({{"pid", p.pid},
+                         {"comm", p.comm},
+                         {"cpu_pct", p.cpu_pct},
+                         {"rss_bytes", p.rss_bytes},
+                         {"threads", p.threads}});
+    }
+    j["tree"] = {{"processes", s.tree->processes},
+                 {"cpu_pct", s.tree->cpu_pct},
+                 {"rss_bytes", s.tree->rss_bytes},
+                 {"threads", s.tree->threads},
+                 {"members", std::move(members)}};
+  }
+  json gpus = json::array();
+  for (const GpuSample& g : s.gpus) gpus.push_back(GpuJson(g));
+  j["gpus"] = std::move(gpus);
+  return j;
+}
+
+std::string SnapshotPrometheus(const Snapshot& s, const std::vector<GpuDeviceInfo>& gpus,
+                               const std::string& hostname, uint64_t samples,
+                               int64_t sampler_cpu_ns) {
+  PrometheusText page;
+  auto gpu = [&](const char* name, const char* type, const char* help, auto value) {
+    GpuFamily(page, name, type, help, s, gpus, hostname, value);
+  };
+  gpu("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).",
+      [](const GpuSample& g) { return AsDouble(g.util_pct); });
+  gpu("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).",
+      [](const GpuSample& g) { return AsDouble(g.mem_util_pct); });
+  gpu("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", [](const GpuSample& g) {
+    return g.memory_used_bytes ? std::optional<double>(double(*g.memory_used_bytes) / (1 << 20))
+                               : std::nullopt;
+  });
+  gpu("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", [](const GpuSample& g) {
+    if (!g.memory_used_bytes || !g.memory_total_bytes) return std::optional<double>();
+    return std::optional<double>(double(*g.memory_total_bytes - *g.memory_used_bytes) / (1 << 20));
+  });
+  gpu("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).",
+      [](const GpuSample& g) { return g.power_w; });
+  gpu("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter",
+      "Total energy consumption since boot (in mJ).",
+      [](const GpuSample& g) { return AsDouble(g.energy_mj); });
+  gpu("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).",
+      [](const GpuSample& g) { return AsDouble(g.sm_clock_mhz); });
+  gpu("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).",
+      [](const GpuSample& g) { return AsDouble(g.mem_clock_mhz); });
+  gpu("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).",
+      [](const GpuSample& g) { return AsDouble(g.temperature_c); });
+  gpu("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "PCIe receive rate (in bytes/s).",
+      [](const GpuSample& g) { return AsDouble(g.pcie_rx_bytes_per_s); });
+  gpu("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "PCIe transmit rate (in bytes/s).",
+      [](const GpuSample& g) { return AsDouble(g.pcie_tx_bytes_per_s); });
+  gpu("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge",
+      "Clocks event (throttle) reasons, an NVML bitmask.",
+      [](const GpuSample& g) { return AsDouble(g.clocks_event_reasons); });
+  gpu("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error seen.",
+      [](const GpuSample& g) {
+        return g.xid_events.empty() ? std::optional<double>()
+                                    : std::optional<double>(double(g.xid_events.back().xid));
+      });
+  gpu("saturate_gpu_util_sampled_pct", "gauge",
+      "GPU utilization from the driver's sub-second sample buffer (in %).",
+      [](const GpuSample& g) { return g.util_sampled_pct; });
+
+  const Labels host = {{"Hostname", hostname}};
+  auto host_gauge = [&](const char* name, const char* help, double v) {
+    page.Family(name, "gauge", help);
+    page.Sample(host, v);
+  };
+  page.Family("saturate_host_cpu_pct", "gauge",
+              "Host CPU use by mode, percent of all cores (cpu=\"all\") or of one core.");
+  auto cpu = [&](const std::string& id, const CpuUsage& c) {
+    page.Sample({{"Hostname", hostname}, {"cpu", id}, {"mode", "user"}}, c.user_pct);
+    page.Sample({{"Hostname", hostname}, {"cpu", id}, {"mode", "system"}}, c.system_pct);
+    page.Sample({{"Hostname", hostname}, {"cpu", id}, {"mode", "iowait"}}, c.iowait_pct);
+  };
+  cpu("all", s.host.cpu);
+  for (const CpuUsage& c : s.host.cores) cpu(std::to_string(c.cpu), c);
+  host_gauge("saturate_host_memory_used_bytes", "Host memory in use (total - available).",
+             double(s.mem.used_bytes()));
+  host_gauge("saturate_host_memory_total_bytes", "Host memory.", double(s.mem.total_bytes));
+  host_gauge("saturate_host_disk_read_bytes_per_s", "Read rate over whole disks.",
+             s.host.disks_total.read_bytes_per_s);
+  host_gauge("saturate_host_disk_write_bytes_per_s", "Write rate over whole disks.",
+             s.host.disks_total.write_bytes_per_s);
+  if (s.tree) {
+    host_gauge("saturate_process_tree_cpu_pct", "CPU of the watched process tree (100 = 1 core).",
+               s.tree->cpu_pct);
+    host_gauge("saturate_process_tree_rss_bytes", "Resident memory of the watched process tree.",
+               double(s.tree->rss_bytes));
+    host_gauge("saturate_process_tree_threads", "Threads in the watched process tree.",
+               double(s.tree->threads));
+    host_gauge("saturate_process_tree_processes", "Processes in the watched process tree.",
+               double(s.tree->processes));
+  }
+  page.Family("saturate_watch_samples_total", "counter", "Samples taken by saturate watch.");
+  page.Sample(host, double(samples));
+  page.Family("saturate_watch_sampler_cpu_seconds_total", "counter",
+              "CPU time used by saturate's sampling thread.");
+  page.Sample(host, double(sampler_cpu_ns) / 1e9);
+  return page.text();
+}
+
+std::string RenderLine(const Snapshot& s) {
+  std::string line = Format("t=%.1fs", double(s.t_ns) / 1e9);
+  for (const GpuSample& g : s.gpus) {
+    line += " | gpu" + std::to_string(g.index);
+    if (g.lost) {
+      line += " LOST";
+      continue;
+    }
+    line += " " + Pct(AsDouble(g.util_pct));
+    if (g.memory_used_bytes && g.memory_total_bytes) {
+      line += " " + GiB(*g.memory_used_bytes) + "/" + GiB(*g.memory_total_bytes) + "GiB";
+    }
+    if (g.power_w) line += Format(" %.0fW", *g.power_w);
+  }
+  line += " | cpu " + Format("%.0f%%", s.host.cpu.busy_pct) +
+          Format(" iowait %.1f%%", s.host.cpu.iowait_pct) + " mem " + GiB(s.mem.used_bytes()) +
+          "/" + GiB(s.mem.total_bytes) + "GiB";
+  if (s.tree) {
+    line += Format(" | tree %.0f procs", double(s.tree->processes)) +
+            Format(" cpu %.0f%%", s.tree->cpu_pct) + " rss " + GiB(s.tree->rss_bytes) + "GiB";
+  }
+  return line;
+}
+
+std::string RenderScreen(const Snapshot& s, const std::vector<GpuDeviceInfo>& /*gpus*/,
+                         const ViewContext& view) {
+  std::string out = Format("saturate watch   %.1f s", double(s.t_ns) / 1e9) +
+                    Format("   every %.0f ms", double(view.interval_ns) / 1e6);
+  if (!view.run_dir.empty()) out += "   run: " + view.run_dir;
+  out += "\n";
+  if (!view.command.empty()) {
+    out += "command:";
+    for (const std::string& a : view.command) out += " " + a;
+    out += Format("   (pid %.0f)\n", double(view.pid));
+  }
+  out += "\nGPU " + view.gpu_status + "\n";
+  if (!s.gpus.empty()) {
+    out +=
+        "  #  util  sampled  mem util  memory used/total   power   SM/mem MHz    PCIe rx/tx MB/s  "
+        "temp  events\n";
+  }
+  for (const GpuSample& g : s.gpus) {
+    char row[256];
+    if (g.lost) {
+      std::snprintf(row, sizeof(row), "%3d  lost: the GPU fell off the bus\n", g.index);
+      out += row;
+      continue;
+    }
+    const std::string mem =
+        g.memory_used_bytes && g.memory_total_bytes
+            ? GiB(*g.memory_used_bytes) + "/" + GiB(*g.memory_total_bytes) + " GiB"
+            : "n/a";
+    std::string events = "-";
+    if (g.clocks_event_reasons && *g.clocks_event_reasons) {
+      events.clear();
+      for (const std::string& n : ClocksEventReasonNames(*g.clocks_event_reasons)) {
+        events += (events.empty() ? "" : ",") + n;
+      }
+    }
+    std::snprintf(row, sizeof(row),
+                  "%3d  %s   %s     %s     %-17s  %5s  %5s/%-5s  %6s/%-6s  %4s  %s\n", g.index,
+                  Pct(AsDouble(g.util_pct)).c_str(), Pct(g.util_sampled_pct).c_str(),
+                  Pct(AsDouble(g.mem_util_pct)).c_str(), mem.c_str(),
+                  Opt("%.0fW", g.power_w).c_str(), Opt("%.0f", AsDouble(g.sm_clock_mhz)).c_str(),
+                  Opt("%.0f", AsDouble(g.mem_clock_mhz)).c_str(),
+                  Opt("%.0f", Scaled(g.pcie_rx_bytes_per_s, 1e-6)).c_str(),
+                  Opt("%.0f", Scaled(g.pcie_tx_bytes_per_s, 1e-6)).c_str(),
+                  Opt("%.0fC", AsDouble(g.temperature_c)).c_str(), events.c_str());
+    out += row;
+  }
+  out += Format("\nhost  CPU %3.0f%%", s.host.cpu.busy_pct) +
+         Format("  (user %.0f", s.host.cpu.user_pct) +
+         Format(", system %.0f", s.host.cpu.system_pct) +
+         Format(", iowait %.1f)", s.host.cpu.iowait_pct) + "   memory " + GiB(s.mem.used_bytes()) +
+         "/" + GiB(s.mem.total_bytes) + " GiB" +
+         Format("   disk read %.1f MB/s", s.host.disks_total.read_bytes_per_s / 1e6) +
+         Format(", write %.1f MB/s\n", s.host.disks_total.write_bytes_per_s / 1e6);
+  out += "cores";
+  for (const CpuUsage& c : s.host.cores) out += Format(" %3.0f", c.busy_pct);
+  out += "  (% busy)\n";
+  if (s.tree) {
+    out += Format("\nprocess tree  %.0f processes", double(s.tree->processes)) +
+           Format("   CPU %.0f%%", s.tree->cpu_pct) + "   RSS " + GiB(s.tree->rss_bytes) +
+           Format(" GiB   %.0f threads\n", double(s.tree->threads));
+    out += "      PID   CPU%      RSS MiB  THR  COMMAND\n";
+    size_t shown = 0;
+    for (const ProcessRow& p : s.processes) {
+      if (++shown > 10) break;
+      char row[160];
+      std::snprintf(row, sizeof(row), "  %7d  %5.0f  %11.0f  %3lld  %s\n", p.pid, p.cpu_pct,
+                    double(p.rss_bytes) / (1 << 20), static_cast<long long>(p.threads),
+                    p.comm.c_str());
+      out += row;
+    }
+  }
+  return out;
+}
+
+}  // namespace saturate::watch

@@ -1,0 +1,64 @@
+// Snapshot: one sample of host, process tree and GPUs, and the pure functions
+// that present it: the samples.jsonl object (schema: docs/watch.md), the
+// Prometheus page and the live view. Pure, so they are tested on hand-built
+// snapshots; the Watcher fills snapshots and calls these.
+//
+// Thread-safety: plain values and reentrant functions.
+#ifndef SATURATE_WATCH_SNAPSHOT_H_
+#define SATURATE_WATCH_SNAPSHOT_H_
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "watch/nvml.h"
+#include "watch/procfs.h"
+
+namespace saturate::watch {
+
+struct ProcessRow {
+  int pid = 0;
+  std::string comm;
+  double cpu_pct = 0;  // of one core
+  uint64_t rss_bytes = 0;
+  int64_t threads = 0;
+};
+
+struct Snapshot {
+  int64_t t_ns = 0;  // since the watcher started
+  int64_t unix_ns = 0;
+  HostRates host;
+  MemInfo mem;
+  std::optional<ProcessTreeRates> tree;  // when a process tree is watched
+  std::vector<ProcessRow> processes;     // the tree's members, busiest first
+  std::vector<GpuSample> gpus;
+};
+
+// One samples.jsonl object. Metrics a source lacks are left out.
+nlohmann::json SnapshotJson(const Snapshot& s);
+
+// The Prometheus page: GPU metrics named and labelled as dcgm-exporter
+// (DCGM_FI_DEV_GPU_UTIL{gpu,UUID,device,modelName,Hostname}, ...), host and
+// process-tree metrics as saturate_*.
+std::string SnapshotPrometheus(const Snapshot& s, const std::vector<GpuDeviceInfo>& gpus,
+                               const std::string& hostname, uint64_t samples,
+                               int64_t sampler_cpu_ns);
+
+struct ViewContext {
+  std::string gpu_status;
+  std::string run_dir;
+  int pid = 0;
+  std::vector<std::string> command;
+  int64_t interval_ns = 0;
+};
+
+// The live one-screen view (for a terminal) and the one-line form (for logs).
+std::string RenderScreen(const Snapshot& s, const std::vector<GpuDeviceInfo>& gpus,
+                         const ViewContext& view);
+std::string RenderLine(const Snapshot& s);
+
+}  // namespace saturate::watch
+
+#endif  // SATURATE_WATCH_SNAPSHOT_H_
