@@ -14,12 +14,14 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # libraries
   libjpeg62-turbo-dev libpng-dev zlib1g-dev libxxhash-dev
-  libcli11-dev nlohmann-json3-dev
+  libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   # sample data (scripts/make-photo-dataset, Fashion-MNIST)
   python3 python3-pil dataset-fashion-mnist plasma-workspace-wallpapers
   # the Python package, its tests and examples (scripts/python-env.sh): Debian's
   # CPU build of torch 1.13 is ~50 MB where PyPI's torch 2.x pulls GBs of CUDA wheels
   python3-dev python3-venv python3-numpy python3-pytest python3-torch python3-torchvision
+  # saturate watch's tests: a real Prometheus server scrapes it, and its parser reads the page
+  prometheus python3-prometheus-client
 )
 
 missing=()

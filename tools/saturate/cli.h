@@ -55,6 +55,7 @@ void RegisterVerify(CLI::App& app, int* exit_code);
 void RegisterInspect(CLI::App& app, int* exit_code);
 void RegisterDevices(CLI::App& app, int* exit_code);
 void RegisterBench(CLI::App& app, int* exit_code);
+void RegisterWatch(CLI::App& app, int* exit_code);
 
 }  // namespace saturate::cli
 

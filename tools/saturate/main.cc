@@ -7,7 +7,8 @@
 int main(int argc, char** argv) {
   CLI::App app{
       "saturate - keep the GPU busy while a model trains.\n"
-      "Packs datasets into a fast, checksummed, memory-mapped record format and checks them."};
+      "Packs datasets into a fast, checksummed, memory-mapped record format, feeds them to\n"
+      "training, and watches GPUs and host while a model trains."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "saturate 0.1.0");
   int exit_code = saturate::cli::kExitOk;
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   saturate::cli::RegisterInspect(app, &exit_code);
   saturate::cli::RegisterDevices(app, &exit_code);
   saturate::cli::RegisterBench(app, &exit_code);
+  saturate::cli::RegisterWatch(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
