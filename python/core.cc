@@ -30,6 +30,8 @@
 #include "saturate/feed/loader.h"
 #include "saturate/format/verify.h"
 #include "saturate/pack/pack.h"
+#include "saturate/watch/watcher.h"
+#include "watch/metrics_server.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -262,6 +264,34 @@ nb::dict Verify(const std::string& dataset, size_t max_problems, bool use_mmap) 
   return d;
 }
 
+// saturate.watch: a Watcher over this process, with an optional /metrics endpoint.
+class PyWatcher {
+ public:
+  PyWatcher(const watch::WatchOptions& options, const std::optional<std::string>& prometheus) {
+    watcher_ = ValueOrThrow(WithoutGil([&] { return watch::Watcher::Start(options); }));
+    if (prometheus) {
+      watch::ListenAddress address = ValueOrThrow(watch::ParseListenAddress(*prometheus));
+      watch::Watcher* w = watcher_.get();
+      server_ =
+          ValueOrThrow(watch::MetricsServer::Start(address, [w] { return w->PrometheusText(); }));
+    }
+  }
+
+  void Stop(std::optional<int> exit_code) {
+    server_.reset();
+    ThrowIfError(WithoutGil([&] { return watcher_->Stop(exit_code); }));
+  }
+
+  const watch::Watcher& watcher() const { return *watcher_; }
+  std::optional<std::string> metrics_url() const {
+    return server_ ? std::optional<std::string>(server_->url()) : std::nullopt;
+  }
+
+ private:
+  std::unique_ptr<watch::Watcher> watcher_;
+  std::unique_ptr<watch::MetricsServer> server_;
+};
+
 }  // namespace
 }  // namespace saturate::python
 
@@ -336,4 +366,39 @@ NB_MODULE(_core, m) {
       },
       "images"_a, "labels"_a, "class_names"_a, "out"_a, "shard_bytes"_a, "threads"_a, "force"_a);
   m.def("verify", &Verify, "dataset"_a, "max_problems"_a, "use_mmap"_a);
+
+  nb::class_<PyWatcher>(m, "Watcher")
+      .def(
+          "__init__",
+          [](PyWatcher* self, const std::string& run_dir, int64_t interval_ns, int pid,
+             const std::vector<std::string>& command, bool gpus, const std::string& nvml_library,
+             const std::optional<std::string>& prometheus) {
+            watch::WatchOptions o;
+            o.run_dir = run_dir;
+            o.interval_ns = interval_ns;
+            o.pid = pid;
+            o.command = command;
+            o.gpus = gpus;
+            o.nvml_library = nvml_library;
+            new (self) PyWatcher(o, prometheus);
+          },
+          "run_dir"_a, "interval_ns"_a, "pid"_a, "command"_a, "gpus"_a, "nvml_library"_a,
+          "prometheus"_a.none())
+      .def("stop", &PyWatcher::Stop, "exit_code"_a.none())
+      .def_prop_ro("gpu_status", [](const PyWatcher& w) { return w.watcher().gpu_status(); })
+      .def_prop_ro("metrics_url", &PyWatcher::metrics_url)
+      .def("latest_json", [](const PyWatcher& w) { return w.watcher().LatestJson(); })
+      .def("prometheus_text", [](const PyWatcher& w) { return w.watcher().PrometheusText(); })
+      .def(
+          "render", [](const PyWatcher& w, bool screen) { return w.watcher().Render(screen); },
+          "screen"_a)
+      .def("stats", [](const PyWatcher& w) {
+        const watch::WatchStats s = w.watcher().stats();
+        nb::dict d;
+        d["samples"] = s.samples;
+        d["elapsed_ns"] = s.elapsed_ns;
+        d["sampler_cpu_ns"] = s.sampler_cpu_ns;
+        d["last_error"] = s.last_error;
+        return d;
+      });
 }

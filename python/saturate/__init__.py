@@ -16,6 +16,7 @@ from . import errors, transforms
 from .errors import Error
 from .loader import Loader
 from .pack import pack, verify
+from .watch import watch
 
 __version__ = "0.1.0"
-__all__ = ["Loader", "pack", "verify", "transforms", "errors", "Error", "__version__"]
+__all__ = ["Loader", "pack", "verify", "watch", "transforms", "errors", "Error", "__version__"]

@@ -156,7 +156,7 @@ Status RunWatchLoop(const WatchFlags& f, int* exit_code) {
       view.Draw(*watcher);
       next_draw += std::chrono::nanoseconds(refresh_ns);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   server.reset();
   SATURATE_RETURN_IF_ERROR(watcher->Stop(child ? std::optional<int>(*exit_code) : std::nullopt));
