@@ -281,7 +281,8 @@ ProcessTreeCounters SumProcesses(std::span<const ProcessStat> processes, int64_t
   return sum;
 }
 
-Result<HostCounters> ReadHostCounters(const std::string& proc_root, const std::string& sys_root) {
+Result<HostCounters> ReadHostCounters(const std::string& proc_root, const std::string& sys_root,
+                                      std::unordered_map<std::string, bool>* whole_disks) {
   HostCounters host;
   host.time_ns = MonotonicNowNs();
   SATURATE_ASSIGN_OR_RETURN(host.cpu, ReadParsed(proc_root + "/stat", ParseCpuStat));
@@ -292,7 +293,15 @@ Result<HostCounters> ReadHostCounters(const std::string& proc_root, const std::s
   } else if (disks.status().code() != StatusCode::kNotFound) {
     return disks.status();
   }
-  for (DiskCounters& d : host.disks) d.whole_disk = IsWholeDisk(sys_root, d.name);
+  for (DiskCounters& d : host.disks) {
+    if (whole_disks == nullptr) {
+      d.whole_disk = IsWholeDisk(sys_root, d.name);
+      continue;
+    }
+    auto [it, added] = whole_disks->try_emplace(d.name);
+    if (added) it->second = IsWholeDisk(sys_root, d.name);
+    d.whole_disk = it->second;
+  }
   return host;
 }
 

@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "saturate/base/status.h"
@@ -158,9 +159,12 @@ struct HostCounters {
 };
 
 // Reads <proc_root>/stat, meminfo and diskstats. A missing diskstats (some
-// sandboxes) gives no disks rather than an error.
+// sandboxes) gives no disks rather than an error. `whole_disks`, when given,
+// remembers IsWholeDisk() per device across calls: the answer does not
+// change, and asking /sys at every sample costs path lookups.
 Result<HostCounters> ReadHostCounters(const std::string& proc_root = "/proc",
-                                      const std::string& sys_root = "/sys");
+                                      const std::string& sys_root = "/sys",
+                                      std::unordered_map<std::string, bool>* whole_disks = nullptr);
 
 // Reads <proc_root>/<pid>/stat. NotFound when the process does not exist or
 // exited while being read.

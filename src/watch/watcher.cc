@@ -97,7 +97,7 @@ class Watcher::Impl {
     start_ns_ = MonotonicNs();
     start_unix_ns_ = UnixNs();
     LoadGpus();
-    SATURATE_ASSIGN_OR_RETURN(prev_host_, ReadHostCounters(options_.proc_root));
+    SATURATE_ASSIGN_OR_RETURN(prev_host_, ReadHostCounters(options_.proc_root, "/sys", &whole_disks_));
     if (options_.pid > 0) prev_tree_ = Tree(start_ns_);
     if (!options_.run_dir.empty()) SATURATE_RETURN_IF_ERROR(OpenRunDir());
     thread_ = std::thread([this] { Loop(); });
@@ -246,7 +246,7 @@ class Watcher::Impl {
     Snapshot s;
     s.t_ns = now_ns - start_ns_;
     s.unix_ns = UnixNs();
-    auto host = ReadHostCounters(options_.proc_root);
+    auto host = ReadHostCounters(options_.proc_root, "/sys", &whole_disks_);
     if (!host.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       last_error_ = host.status().message();
@@ -304,6 +304,7 @@ class Watcher::Impl {
 
   // Sampler thread only.
   HostCounters prev_host_;
+  std::unordered_map<std::string, bool> whole_disks_;
   TreeTracker tree_;
   std::vector<ProcessStat> members_;
   std::optional<ProcessTreeCounters> prev_tree_;
