@@ -46,8 +46,8 @@ $sat bench feed data/photos-train.sat --batch 64 --epochs 2 -t image:crop=random
 $sat bench feed data/fashion-mnist-train.sat --batch 256 --epochs 3 \
   -t image:to-float,mean=0.2860,std=0.3530
 
-step "train on CPU: fed by saturate, then by torch's DataLoader (examples/compare.py)"
-.venv/bin/python examples/compare.py --data data
+step "train on CPU: fed by saturate, then by torch's DataLoader (examples/compare.py), under saturate watch"
+$sat watch --no-view --out runs/quickstart-train -- .venv/bin/python examples/compare.py --data data
 
 step "summary"
 printf '%-30s %9s %10s %7s  %s\n' dataset records size shards schema
@@ -59,4 +59,5 @@ print("%-30s %9d %8.1fMB %7d  %s" % (j["dataset"], j["records"], j["bytes"] / 1e
 done
 echo
 echo "done: inspect one with  $sat inspect data/photos-train.sat"
+echo "      what training did to CPU and memory: runs/quickstart-train/samples.jsonl (docs/watch.md)"
 echo "      use it from Python:  source .venv/bin/activate; python -c 'import saturate'  (docs/python.md)"

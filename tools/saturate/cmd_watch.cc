@@ -30,6 +30,7 @@ struct WatchFlags {
   bool no_gpu = false;
   std::string nvml_library;
   bool quiet = false;
+  bool no_view = false;
   std::string refresh = "500ms";
   std::vector<std::string> command;
 };
@@ -143,7 +144,7 @@ Status RunWatchLoop(const WatchFlags& f, int* exit_code) {
     std::fprintf(stderr, "\n");
   }
 
-  View view(f.quiet);
+  View view(f.quiet || f.no_view);
   Ending ending(&child, options.pid, duration_ns);
   auto next_draw = std::chrono::steady_clock::now();
   while (true) {
@@ -194,7 +195,9 @@ void RegisterWatch(CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-gpu", f->no_gpu, "Do not load NVML");
   cmd->add_option("--nvml-library", f->nvml_library,
                   "Path of libnvidia-ml (default: libnvidia-ml.so.1, then .so)");
-  cmd->add_flag("-q,--quiet", f->quiet, "No view, no summary");
+  cmd->add_flag("--no-view", f->no_view,
+                "No live view (keeps a command's own output readable); start and end lines only");
+  cmd->add_flag("-q,--quiet", f->quiet, "No view, no start and end lines");
   cmd->add_option("command", f->command, "The command to run and watch, after --");
   cmd->callback([exit_code, f] {
     Status s = RunWatchLoop(*f, exit_code);
