@@ -15,8 +15,8 @@ See README.md and docs/python.md.
 from . import errors, transforms
 from .errors import Error
 from .loader import Loader
-from .pack import pack, verify
-from .watch import watch
+from ._pack import pack, verify
+from ._watch import watch
 
 __version__ = "0.1.0"
 __all__ = ["Loader", "pack", "verify", "watch", "transforms", "errors", "Error", "__version__"]

@@ -16,6 +16,10 @@
 #include "image/codec.h"
 #include "image/codec_internal.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace saturate::image {
 namespace {
 
@@ -63,9 +67,14 @@ struct DecodeScratch::Impl {
 
   std::vector<uint8_t> pixels;  // Decoded region (JPEG) or whole image (PNG).
   AxisTaps x_taps, y_taps;
-  std::vector<float> mid;   // Horizontal pass output, rows x out_width x 3.
-  std::vector<float> quad;  // One source row widened to RGBX floats for the horizontal pass.
-  std::vector<float> acc;   // One output row being accumulated.
+  std::vector<float> x_table, y_table;  // Tap weights as 4-float broadcasts.
+  std::vector<int> x_offset;            // Where each output column's taps start.
+  // Horizontal-first: horizontal pass output, rows x out_width x 3.
+  // Vertical-first: one row of vertical pass output.
+  std::vector<float> mid;
+  // Horizontal-first: one source row widened to RGBX floats.
+  // Vertical-first: one row of horizontal pass output.
+  std::vector<float> quad;
 
   bool only_fast_dct_scales = true;
   int last_dct_scale_eighths = 0;
@@ -126,55 +135,245 @@ void ComputeTaps(double box_lo, double box_hi, int clip_lo, int clip_hi, int out
 
 inline uint8_t ToByte(float v) { return static_cast<uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f)); }
 
-// One row of the horizontal pass: out_w RGB sums of `in` (uint8 or float;
-// in[0] is source column col0) into `dst`, mirrored if hflip.
-template <typename T>
-void HorizontalRow(const T* in, int col0, const AxisTaps& xt, int out_w, bool hflip, float* quad,
-                   float* dst) {
-  // Widen the columns the taps read to 4 floats per pixel (RGB + pad), so the
-  // tap loop below is one 4-wide multiply-add per tap and vectorizes.
-  const int lo = xt.first[0], hi = xt.first[out_w - 1] + xt.count[out_w - 1];
-  for (int c = lo; c < hi; ++c) {
-    const T* p = in + size_t(c - col0) * 3;
-    float* q = quad + size_t(c - lo) * 4;
-    q[0] = p[0];
-    q[1] = p[1];
-    q[2] = p[2];
-    q[3] = 0;
-  }
-  for (int x = 0; x < out_w; ++x) {
-    const float* w = xt.weights.data() + size_t(x) * xt.stride;
-    const float* p = quad + size_t(xt.first[x] - lo) * 4;
-    // Two accumulators halve the add-latency chain that bounds this loop.
-    float even[4] = {0, 0, 0, 0}, odd[4] = {0, 0, 0, 0};
-    const int n = xt.count[x];
-    int k = 0;
-    for (; k + 1 < n; k += 2) {
-      for (int c = 0; c < 4; ++c) even[c] += w[k] * p[4 * k + c];
-      for (int c = 0; c < 4; ++c) odd[c] += w[k + 1] * p[4 * k + 4 + c];
+// ---- 4-lane float arithmetic ----------------------------------------------------
+// The resampler works on 4 floats at a time: one pixel (RGB + a lane that is
+// never stored) in the horizontal pass, 4 channel values in the vertical one.
+// GCC does not vectorize the 3-channel tap loops by itself, so on x86-64 these
+// are SSE2 intrinsics (part of the baseline ISA); elsewhere a portable struct
+// does the same IEEE operations in the same order, giving the same bytes.
+#if defined(__SSE2__)
+using F4 = __m128;
+inline F4 Load4(const float* p) { return _mm_loadu_ps(p); }
+// For the weight tables (16-byte aligned), so the load folds into mulps.
+inline F4 LoadAligned4(const float* p) { return _mm_load_ps(p); }
+inline void Store4(float* p, F4 v) { _mm_storeu_ps(p, v); }
+inline F4 Add(F4 a, F4 b) { return _mm_add_ps(a, b); }
+inline F4 Mul(F4 a, F4 b) { return _mm_mul_ps(a, b); }
+
+// The 3 bytes at p as floats, lane 3 = 0. Reads p[3] (ignored) unless kLast.
+template <bool kLast>
+inline F4 WidenPixel(const uint8_t* p) {
+  uint32_t v = 0;
+  std::memcpy(&v, p, kLast ? 3 : 4);
+  const __m128i z = _mm_setzero_si128();
+  const __m128i b = _mm_cvtsi32_si128(static_cast<int>(v & 0xFFFFFFu));  // Little endian.
+  return _mm_cvtepi32_ps(_mm_unpacklo_epi16(_mm_unpacklo_epi8(b, z), z));
+}
+
+// 16 bytes at p as 4 x 4 floats.
+inline void Widen16(const uint8_t* p, F4 out[4]) {
+  const __m128i z = _mm_setzero_si128();
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i lo = _mm_unpacklo_epi8(b, z), hi = _mm_unpackhi_epi8(b, z);
+  out[0] = _mm_cvtepi32_ps(_mm_unpacklo_epi16(lo, z));
+  out[1] = _mm_cvtepi32_ps(_mm_unpackhi_epi16(lo, z));
+  out[2] = _mm_cvtepi32_ps(_mm_unpacklo_epi16(hi, z));
+  out[3] = _mm_cvtepi32_ps(_mm_unpackhi_epi16(hi, z));
+}
+
+// ToByte per lane up to the int conversion; the saturating packs that follow
+// supply the lower clamp (min first keeps huge values from wrapping).
+inline __m128i ToInt(F4 v) {
+  return _mm_cvttps_epi32(_mm_min_ps(_mm_add_ps(v, _mm_set1_ps(0.5f)), _mm_set1_ps(255.0f)));
+}
+
+// ToByte of 16 values into dst[0, 16).
+inline void Store16Bytes(const F4 v[4], uint8_t* dst) {
+  const __m128i lo = _mm_packs_epi32(ToInt(v[0]), ToInt(v[1]));
+  const __m128i hi = _mm_packs_epi32(ToInt(v[2]), ToInt(v[3]));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_packus_epi16(lo, hi));
+}
+
+#else
+struct F4 {
+  float v[4];
+};
+inline F4 Load4(const float* p) {
+  F4 r;
+  std::memcpy(r.v, p, sizeof r.v);
+  return r;
+}
+inline F4 LoadAligned4(const float* p) { return Load4(p); }
+inline void Store4(float* p, F4 v) { std::memcpy(p, v.v, sizeof v.v); }
+inline F4 Add(F4 a, F4 b) {
+  for (int i = 0; i < 4; ++i) a.v[i] += b.v[i];
+  return a;
+}
+inline F4 Mul(F4 a, F4 b) {
+  for (int i = 0; i < 4; ++i) a.v[i] *= b.v[i];
+  return a;
+}
+template <bool kLast>
+inline F4 WidenPixel(const uint8_t* p) {
+  return F4{{float(p[0]), float(p[1]), float(p[2]), 0.0f}};
+}
+inline void Widen16(const uint8_t* p, F4 out[4]) {
+  for (int i = 0; i < 16; ++i) out[i / 4].v[i % 4] = p[i];
+}
+inline void Store16Bytes(const F4 v[4], uint8_t* dst) {
+  for (int i = 0; i < 16; ++i) dst[i] = ToByte(v[i / 4].v[i % 4]);
+}
+#endif
+
+// Largest tap count of an axis.
+int MaxTaps(const AxisTaps& t, int out_size) {
+  return *std::max_element(t.count.begin(), t.count.begin() + out_size);
+}
+
+// The weights of `t` as a table of 4-float broadcasts, `taps` per output
+// (tap k of output i at (i * taps + k) * 4), zero past each output's count,
+// with outputs in reverse order if `mirror`. Padding every output to the
+// same count makes the horizontal tap loop a fixed, unrolled sequence; a
+// zero weight adds an exact +0. If `offset`, offset[i] = (t.first[i] -
+// base) * step, in the same order.
+void BroadcastWeights(const AxisTaps& t, int out_size, int taps, bool mirror, float* table,
+                      int* offset = nullptr, int base = 0, int step = 0) {
+  for (int pos = 0; pos < out_size; ++pos) {
+    const int i = mirror ? out_size - 1 - pos : pos;
+    const float* w = t.weights.data() + size_t(i) * t.stride;
+    for (int k = 0; k < taps; ++k) {
+      const float v = k < t.count[i] ? w[k] : 0.0f;
+      float* d = table + (size_t(pos) * taps + k) * 4;
+      d[0] = d[1] = d[2] = d[3] = v;
     }
-    if (k < n) {
-      for (int c = 0; c < 4; ++c) even[c] += w[k] * p[4 * k + c];
-    }
-    float* d = dst + 3 * size_t(hflip ? out_w - 1 - x : x);
-    d[0] = even[0] + odd[0];
-    d[1] = even[1] + odd[1];
-    d[2] = even[2] + odd[2];
+    if (offset != nullptr) offset[pos] = (t.first[i] - base) * step;
   }
 }
 
-// One output row of the vertical pass: the weighted sum of the rows
-// first, first + stride, ... (taps of output row y), `len` values each.
-template <typename T>
-void VerticalRow(const T* first, size_t stride, const AxisTaps& yt, int y, size_t len, float* dst) {
-  const float* w = yt.weights.data() + size_t(y) * yt.stride;
-  const float w0 = w[0];
-  for (size_t i = 0; i < len; ++i) dst[i] = w0 * first[i];
-  for (int k = 1, n = yt.count[y]; k < n; ++k) {
-    const T* row = first + stride * k;
-    const float wk = w[k];
-    for (size_t i = 0; i < len; ++i) dst[i] += wk * row[i];
+// The weighted sum of one output pixel: p is its first tap's pixel (pixels
+// kStep floats apart: 4 for RGBX rows, 3 for RGB rows, where lane 3 reads
+// the next pixel and is never stored), w its broadcast weights. Even and
+// odd taps have separate sums (it halves the add-latency chain), added at
+// the end; kTaps == 0 means `taps` at run time.
+template <int kStep, int kTaps>
+inline F4 TapSum(const float* p, const float* w, int taps) {
+  const int n = kTaps > 0 ? kTaps : taps;
+  F4 even = Mul(LoadAligned4(w), Load4(p));
+  if (n == 1) return even;
+  F4 odd = Mul(LoadAligned4(w + 4), Load4(p + kStep));
+  int k = 2;
+  for (; k + 1 < n; k += 2) {
+    even = Add(even, Mul(LoadAligned4(w + 4 * k), Load4(p + kStep * k)));
+    odd = Add(odd, Mul(LoadAligned4(w + 4 * k + 4), Load4(p + kStep * (k + 1))));
   }
+  if (k < n) even = Add(even, Mul(LoadAligned4(w + 4 * k), Load4(p + kStep * k)));
+  return Add(even, odd);
+}
+
+// One row of the horizontal pass into dst (out_w RGB floats): output
+// position pos sums `taps` pixels from in + offset[pos] with weights
+// wtable[pos * taps * 4...] (both already mirrored for hflip). Positions
+// go up: each 4-lane store's 4th float is overwritten by the next pixel,
+// the last one's lands on dst[3 * out_w], which must exist.
+template <int kStep, int kTaps>
+void HorizontalRowN(const float* in, const int* offset, const float* wtable, int taps, int out_w,
+                    float* dst) {
+  for (int pos = 0; pos < out_w; ++pos) {
+    Store4(dst + 3 * pos,
+           TapSum<kStep, kTaps>(in + offset[pos], wtable + size_t(pos) * taps * 4, taps));
+  }
+}
+
+template <int kStep>
+void HorizontalRow(const float* in, const int* offset, const float* wtable, int taps, int out_w,
+                   float* dst) {
+  switch (taps) {  // Mild downscales and upscales: 2-5 taps.
+    case 1:
+      return HorizontalRowN<kStep, 1>(in, offset, wtable, taps, out_w, dst);
+    case 2:
+      return HorizontalRowN<kStep, 2>(in, offset, wtable, taps, out_w, dst);
+    case 3:
+      return HorizontalRowN<kStep, 3>(in, offset, wtable, taps, out_w, dst);
+    case 4:
+      return HorizontalRowN<kStep, 4>(in, offset, wtable, taps, out_w, dst);
+    case 5:
+      return HorizontalRowN<kStep, 5>(in, offset, wtable, taps, out_w, dst);
+    default:
+      return HorizontalRowN<kStep, 0>(in, offset, wtable, taps, out_w, dst);
+  }
+}
+
+// ToByte of n floats into dst, 16 at a time (a ragged end is redone).
+void FloatsToBytes(const float* in, size_t n, uint8_t* dst) {
+  if (n < 16) {
+    for (size_t i = 0; i < n; ++i) dst[i] = ToByte(in[i]);
+    return;
+  }
+  auto chunk = [&](size_t i) {
+    const F4 v[4] = {Load4(in + i), Load4(in + i + 4), Load4(in + i + 8), Load4(in + i + 12)};
+    Store16Bytes(v, dst + i);
+  };
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) chunk(i);
+  if (i < n) chunk(n - 16);
+}
+
+// n RGB pixels at p as RGBX floats (X = 0) into quad.
+void WidenRow(const uint8_t* p, int n, float* quad) {
+  for (int i = 0; i + 1 < n; ++i) Store4(quad + size_t(i) * 4, WidenPixel<false>(p + 3 * i));
+  Store4(quad + size_t(n - 1) * 4, WidenPixel<true>(p + 3 * (n - 1)));
+}
+
+// The vertical pass, 16 values at a time: out[i] = sum over taps k < n of
+// w[k] * rows[k][i] for i < len, rows `stride` elements apart (w is a
+// broadcast table), summed in tap order. A ragged end is redone as the last
+// 16 values (same results); len < 16 takes the scalar loop.
+template <typename In, typename Out, typename Chunk, typename Scalar>
+void VerticalRow(size_t len, Chunk chunk, Scalar scalar) {
+  if (len < 16) {
+    for (size_t i = 0; i < len; ++i) scalar(i);
+    return;
+  }
+  size_t i = 0;
+  for (; i + 16 <= len; i += 16) chunk(i);
+  if (i < len) chunk(len - 16);
+}
+
+// Bytes (source rows) to floats (the vertical-first intermediate row).
+void VerticalBytesToFloats(const uint8_t* first, size_t stride, const float* w, int n, size_t len,
+                           float* dst) {
+  VerticalRow<uint8_t, float>(
+      len,
+      [&](size_t i) {
+        F4 v[4], a[4];
+        Widen16(first + i, v);
+        const F4 w0 = LoadAligned4(w);
+        for (int j = 0; j < 4; ++j) a[j] = Mul(w0, v[j]);
+        for (int k = 1; k < n; ++k) {
+          Widen16(first + stride * k + i, v);
+          const F4 wk = LoadAligned4(w + 4 * k);
+          for (int j = 0; j < 4; ++j) a[j] = Add(a[j], Mul(wk, v[j]));
+        }
+        for (int j = 0; j < 4; ++j) Store4(dst + i + 4 * j, a[j]);
+      },
+      [&](size_t i) {
+        float a = w[0] * first[i];
+        for (int k = 1; k < n; ++k) a += w[4 * k] * first[stride * k + i];
+        dst[i] = a;
+      });
+}
+
+// Floats (horizontal-first intermediate rows) to output bytes.
+void VerticalFloatsToBytes(const float* first, size_t stride, const float* w, int n, size_t len,
+                           uint8_t* dst) {
+  VerticalRow<float, uint8_t>(
+      len,
+      [&](size_t i) {
+        F4 a[4];
+        const F4 w0 = LoadAligned4(w);
+        for (int j = 0; j < 4; ++j) a[j] = Mul(w0, Load4(first + i + 4 * j));
+        for (int k = 1; k < n; ++k) {
+          const float* row = first + stride * k + i;
+          const F4 wk = LoadAligned4(w + 4 * k);
+          for (int j = 0; j < 4; ++j) a[j] = Add(a[j], Mul(wk, Load4(row + 4 * j)));
+        }
+        Store16Bytes(a, dst + i);
+      },
+      [&](size_t i) {
+        float a = w[0] * first[i];
+        for (int k = 1; k < n; ++k) a += w[4 * k] * first[stride * k + i];
+        dst[i] = ToByte(a);
+      });
 }
 
 // Resizes the source box [bx0, bx0 + bw) x [by0, by0 + bh) (fractional,
@@ -192,37 +391,51 @@ void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, d
   const int row_hi = yt.first[out_h - 1] + yt.count[out_h - 1];
   const int col_lo = xt.first[0];
   const int col_hi = xt.first[out_w - 1] + xt.count[out_w - 1];
+  const int cols = col_hi - col_lo;
   const size_t out_row = size_t(out_w) * 3;
-  float* quad = Grow(s.quad, size_t(col_hi - col_lo) * 4);
-  // The horizontal pass (RGB taps) does not vectorize, the vertical one
-  // (whole rows) does; run the horizontal one on whichever side has fewer
-  // rows. Either way each output value gets the same sums: hflip only
-  // mirrors where a column lands, so flipped output is an exact mirror.
-  if (row_hi - row_lo <= out_h) {
-    // Horizontal first: source rows -> mid (float, out_w wide).
-    float* mid = Grow(s.mid, out_row * (row_hi - row_lo));
-    for (int y = row_lo; y < row_hi; ++y) {
-      HorizontalRow(src + src_stride * y, 0, xt, out_w, hflip, quad, mid + out_row * (y - row_lo));
-    }
-    float* acc = Grow(s.acc, out_row);
+  const int x_taps = MaxTaps(xt, out_w), y_taps = MaxTaps(yt, out_h);
+  const bool h_first = row_hi - row_lo <= out_h;
+  float* xw = Grow(s.x_table, size_t(out_w) * x_taps * 4);
+  float* yw = Grow(s.y_table, size_t(out_h) * y_taps * 4);
+  int* x_offset = Grow(s.x_offset, out_w);
+  BroadcastWeights(xt, out_w, x_taps, hflip, xw, x_offset, col_lo, h_first ? 4 : 3);
+  BroadcastWeights(yt, out_h, y_taps, false, yw);
+  // Padded taps read up to x_taps - 1 pixels past col_hi; the rows below get
+  // that many zero pixels of slack (zero weight times a finite value).
+  // The horizontal pass is the costlier one per value (a 4th lane idles);
+  // run it on whichever side has fewer rows. Either way each output value
+  // gets the same sums: hflip only mirrors where a column lands, so flipped
+  // output is an exact mirror.
+  if (h_first) {
+    // Horizontal first: source rows -> mid (float, out_w wide), each row
+    // made just before the first output row that needs it (cache reuse).
+    float* quad = Grow(s.quad, size_t(cols + x_taps) * 4);
+    std::fill(quad + size_t(cols) * 4, quad + size_t(cols + x_taps) * 4, 0.0f);
+    // +1: the last pixel's 4-lane store spills a float past its row.
+    float* mid = Grow(s.mid, out_row * (row_hi - row_lo) + 1);
+    int done = row_lo;
     for (int y = 0; y < out_h; ++y) {
-      VerticalRow(mid + out_row * (yt.first[y] - row_lo), out_row, yt, y, out_row, acc);
-      uint8_t* o = out + out_row * y;
-      for (size_t i = 0; i < out_row; ++i) o[i] = ToByte(acc[i]);
+      for (const int need = yt.first[y] + yt.count[y]; done < need; ++done) {
+        WidenRow(src + src_stride * done + size_t(col_lo) * 3, cols, quad);
+        HorizontalRow<4>(quad, x_offset, xw, x_taps, out_w, mid + out_row * (done - row_lo));
+      }
+      VerticalFloatsToBytes(mid + out_row * (yt.first[y] - row_lo), out_row,
+                            yw + size_t(y) * y_taps * 4, yt.count[y], out_row, out + out_row * y);
     }
     return;
   }
-  // Vertical first: source rows -> mid (float, one row per output row, only
-  // the columns the horizontal taps read), then horizontal into `out`.
-  const size_t mid_row = size_t(col_hi - col_lo) * 3;
-  float* mid = Grow(s.mid, mid_row * out_h);
-  float* acc = Grow(s.acc, out_row);
+  // Vertical first: per output row, the source rows -> one float row (only
+  // the columns the horizontal taps read), then horizontal into another,
+  // then to bytes.
+  const size_t mid_row = size_t(cols) * 3;
+  float* row = Grow(s.mid, mid_row + size_t(x_taps) * 3 + 1);
+  std::fill(row + mid_row, row + mid_row + size_t(x_taps) * 3 + 1, 0.0f);
+  float* hrow = Grow(s.quad, out_row + 1);
   for (int y = 0; y < out_h; ++y) {
-    VerticalRow(src + src_stride * yt.first[y] + size_t(col_lo) * 3, src_stride, yt, y, mid_row,
-                mid + mid_row * y);
-    HorizontalRow(mid + mid_row * y, col_lo, xt, out_w, hflip, quad, acc);
-    uint8_t* o = out + out_row * y;
-    for (size_t i = 0; i < out_row; ++i) o[i] = ToByte(acc[i]);
+    VerticalBytesToFloats(src + src_stride * yt.first[y] + size_t(col_lo) * 3, src_stride,
+                          yw + size_t(y) * y_taps * 4, yt.count[y], mid_row, row);
+    HorizontalRow<3>(row, x_offset, xw, x_taps, out_w, hrow);
+    FloatsToBytes(hrow, out_row, out + out_row * y);
   }
 }
 
@@ -410,6 +623,40 @@ inline uint16_t HalfBits(float f) {
   return static_cast<uint16_t>((sign >> 16) | (nan_mask & 0x7E00u) | (~nan_mask & nonsign));
 }
 
+// Splits interleaved RGB bytes into three planes.
+void RgbToPlanes(const uint8_t* rgb, size_t pixels, uint8_t* r, uint8_t* g, uint8_t* b) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  // 32 pixels at a time. SSE2 has no byte shuffle; five rounds of byte
+  // interleaves of register j with j + 3 move byte p of the 96 to position
+  // 32p mod 95, i.e. channel c of pixel n to 32c + n (as OpenCV's
+  // _mm_deinterleave_epi8).
+  for (; i + 32 <= pixels; i += 32) {
+    __m128i v[6];
+    for (int j = 0; j < 6; ++j) {
+      v[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rgb + 3 * i + 16 * j));
+    }
+    for (int round = 0; round < 5; ++round) {
+      __m128i t[6];
+      for (int j = 0; j < 3; ++j) {
+        t[2 * j] = _mm_unpacklo_epi8(v[j], v[j + 3]);
+        t[2 * j + 1] = _mm_unpackhi_epi8(v[j], v[j + 3]);
+      }
+      for (int j = 0; j < 6; ++j) v[j] = t[j];
+    }
+    uint8_t* planes[3] = {r + i, g + i, b + i};
+    for (int j = 0; j < 6; ++j) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[j / 2] + 16 * (j % 2)), v[j]);
+    }
+  }
+#endif
+  for (; i < pixels; ++i) {
+    r[i] = rgb[3 * i];
+    g[i] = rgb[3 * i + 1];
+    b[i] = rgb[3 * i + 2];
+  }
+}
+
 // out = x * scale[c] + bias[c], as float or half, in HWC or CHW.
 template <typename Out, typename Store>
 void ConvertAffine(const uint8_t* hwc, size_t pixels, const float* scale, const float* bias,
@@ -443,7 +690,8 @@ size_t DecodeScratch::CapacityBytes() const {
   const Impl& s = *impl_;
   return CapacityOf(s.pixels) + CapacityOf(s.x_taps.first) + CapacityOf(s.x_taps.count) +
          CapacityOf(s.x_taps.weights) + CapacityOf(s.y_taps.first) + CapacityOf(s.y_taps.count) +
-         CapacityOf(s.y_taps.weights) + CapacityOf(s.mid) + CapacityOf(s.quad) + CapacityOf(s.acc);
+         CapacityOf(s.y_taps.weights) + CapacityOf(s.x_table) + CapacityOf(s.y_table) + CapacityOf(s.x_offset) +
+         CapacityOf(s.mid) + CapacityOf(s.quad);
 }
 void DecodeScratch::set_only_fast_dct_scales(bool only_fast) {
   impl_->only_fast_dct_scales = only_fast;
@@ -569,9 +817,7 @@ void ConvertPixels(const uint8_t* hwc, int height, int width, const float* mean,
     if (layout == Layout::kHWC) {
       std::memcpy(o, hwc, pixels * 3);
     } else {
-      for (int c = 0; c < 3; ++c) {
-        for (size_t i = 0; i < pixels; ++i) o[pixels * c + i] = hwc[3 * i + c];
-      }
+      RgbToPlanes(hwc, pixels, o, o + pixels, o + 2 * pixels);
     }
     return;
   }
