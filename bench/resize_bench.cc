@@ -8,8 +8,9 @@
 //                               loader's default tensor layout).
 //   resize/to_chw_uint8         ConvertPixels of a 224x224 image to CHW uint8.
 //
-// Times are per image (items_per_second is images/s). The image (a smooth
-// pattern plus noise) and the crops are fixed by seeds, so runs compare.
+// The Time columns cover all 64 crops; per_image is the time per image and
+// items_per_second images/s. The image (a smooth pattern plus noise) and
+// the crops are fixed by seeds, so runs compare.
 
 #include <benchmark/benchmark.h>
 
@@ -64,8 +65,8 @@ const std::vector<CropRect>& Crops() {
     std::vector<CropRect> v;
     MtSource rng(20240611);
     for (int i = 0; i < kCrops; ++i) {
-      v.push_back(saturate::image::RandomResizedCropParams(kSrcW, kSrcH, 0.08, 1.0, 3.0 / 4,
-                                                           4.0 / 3, rng));
+      v.push_back(
+          saturate::image::RandomResizedCropParams(kSrcW, kSrcH, 0.08, 1.0, 3.0 / 4, 4.0 / 3, rng));
     }
     return v;
   }();

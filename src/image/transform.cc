@@ -16,8 +16,16 @@
 #include "image/codec.h"
 #include "image/codec_internal.h"
 
+// The resampler's loops are SSE2 (baseline x86-64) with AVX2 versions
+// picked at run time; SATURATE_RESIZE_NO_AVX2 leaves the latter out.
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
+#if defined(__x86_64__) && defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(SATURATE_RESIZE_NO_AVX2)
+#include <immintrin.h>
+#define SATURATE_RESIZE_AVX2 1
+#define SATURATE_TARGET_AVX2 __attribute__((target("avx2")))
 #endif
 
 namespace saturate::image {
@@ -67,8 +75,9 @@ struct DecodeScratch::Impl {
 
   std::vector<uint8_t> pixels;  // Decoded region (JPEG) or whole image (PNG).
   AxisTaps x_taps, y_taps;
-  std::vector<float> x_table, y_table;  // Tap weights as 4-float broadcasts.
-  std::vector<int> x_offset;            // Where each output column's taps start.
+  // Tap weights as 4-float broadcasts (HorizontalTable, VerticalTable).
+  std::vector<float> x_table, y_table;
+  std::vector<int> x_offset;  // Where each output column's taps start.
   // Horizontal-first: horizontal pass output, rows x out_width x 3.
   // Vertical-first: one row of vertical pass output.
   std::vector<float> mid;
@@ -144,7 +153,9 @@ inline uint8_t ToByte(float v) { return static_cast<uint8_t>(std::clamp(v + 0.5f
 #if defined(__SSE2__)
 using F4 = __m128;
 inline F4 Load4(const float* p) { return _mm_loadu_ps(p); }
-// For the weight tables (16-byte aligned), so the load folds into mulps.
+// For the weight tables, so the load folds into mulps: offsets are multiples
+// of 4 floats into vectors, whose storage operator new aligns to 16.
+static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= 16);
 inline F4 LoadAligned4(const float* p) { return _mm_load_ps(p); }
 inline void Store4(float* p, F4 v) { _mm_storeu_ps(p, v); }
 inline F4 Add(F4 a, F4 b) { return _mm_add_ps(a, b); }
@@ -183,7 +194,6 @@ inline void Store16Bytes(const F4 v[4], uint8_t* dst) {
   const __m128i hi = _mm_packs_epi32(ToInt(v[2]), ToInt(v[3]));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_packus_epi16(lo, hi));
 }
-
 #else
 struct F4 {
   float v[4];
@@ -215,97 +225,166 @@ inline void Store16Bytes(const F4 v[4], uint8_t* dst) {
 }
 #endif
 
+// The two hottest loops also have AVX2 (8-lane) versions, used if the CPU
+// has it. Plain AVX2, no FMA: every lane does the same mul and add as the
+// 4-lane code, in the same order, so all paths give the same bytes.
+bool g_avx2_disabled = false;  // DisableAvx2ResizeForTesting
+
+#ifdef SATURATE_RESIZE_AVX2
+bool HasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2");  // Also checks OS YMM support.
+  return has && !g_avx2_disabled;
+}
+#else
+bool HasAvx2() { return false; }
+#endif
+
 // Largest tap count of an axis.
 int MaxTaps(const AxisTaps& t, int out_size) {
   return *std::max_element(t.count.begin(), t.count.begin() + out_size);
 }
 
-// The weights of `t` as a table of 4-float broadcasts, `taps` per output
-// (tap k of output i at (i * taps + k) * 4), zero past each output's count,
-// with outputs in reverse order if `mirror`. Padding every output to the
-// same count makes the horizontal tap loop a fixed, unrolled sequence; a
-// zero weight adds an exact +0. If `offset`, offset[i] = (t.first[i] -
-// base) * step, in the same order.
-void BroadcastWeights(const AxisTaps& t, int out_size, int taps, bool mirror, float* table,
-                      int* offset = nullptr, int base = 0, int step = 0) {
-  for (int pos = 0; pos < out_size; ++pos) {
-    const int i = mirror ? out_size - 1 - pos : pos;
-    const float* w = t.weights.data() + size_t(i) * t.stride;
+// Horizontal weight table: every output position has `taps` weights (zero
+// past its own count: that makes the tap loop a fixed, unrolled sequence,
+// and a zero weight adds an exact +0), each as a 4-float broadcast.
+// Positions 2q and 2q + 1 are interleaved tap by tap, so one 8-float load
+// holds tap k of both (AVX2); one position's taps are kXTapStride apart.
+constexpr int kXTapStride = 8;
+inline size_t XTableIndex(int pos, int k, int taps) {
+  return ((size_t(pos / 2) * taps + k) * 2 + pos % 2) * 4;
+}
+
+// Fills the horizontal table (outputs in reverse order if hflip) and
+// offset[pos] = (first source column - col0) * step of the same outputs.
+void HorizontalTable(const AxisTaps& t, int out_w, int taps, bool hflip, int col0, int step,
+                     float* table, int* offset) {
+  for (int pos = 0; pos < out_w; ++pos) {
+    const int x = hflip ? out_w - 1 - pos : pos;
+    const float* w = t.weights.data() + size_t(x) * t.stride;
     for (int k = 0; k < taps; ++k) {
-      const float v = k < t.count[i] ? w[k] : 0.0f;
-      float* d = table + (size_t(pos) * taps + k) * 4;
+      const float v = k < t.count[x] ? w[k] : 0.0f;
+      float* d = table + XTableIndex(pos, k, taps);
       d[0] = d[1] = d[2] = d[3] = v;
     }
-    if (offset != nullptr) offset[pos] = (t.first[i] - base) * step;
+    offset[pos] = (t.first[x] - col0) * step;
+  }
+}
+
+// Vertical weight table: output row y's weights at (y * taps + k) * 4, each
+// as a 4-float broadcast.
+void VerticalTable(const AxisTaps& t, int out_h, int taps, float* table) {
+  for (int y = 0; y < out_h; ++y) {
+    for (int k = 0; k < t.count[y]; ++k) {
+      float* d = table + (size_t(y) * taps + k) * 4;
+      d[0] = d[1] = d[2] = d[3] = t.weights[size_t(y) * t.stride + k];
+    }
   }
 }
 
 // The weighted sum of one output pixel: p is its first tap's pixel (pixels
 // kStep floats apart: 4 for RGBX rows, 3 for RGB rows, where lane 3 reads
-// the next pixel and is never stored), w its broadcast weights. Even and
-// odd taps have separate sums (it halves the add-latency chain), added at
-// the end; kTaps == 0 means `taps` at run time.
+// the next pixel and is never stored), w its weights (kXTapStride apart).
+// Even and odd taps have separate sums (it halves the add-latency chain),
+// added at the end, as the scalar code did. kTaps == 0: `taps` at run time.
 template <int kStep, int kTaps>
 inline F4 TapSum(const float* p, const float* w, int taps) {
+  constexpr int s = kXTapStride;
   const int n = kTaps > 0 ? kTaps : taps;
   F4 even = Mul(LoadAligned4(w), Load4(p));
   if (n == 1) return even;
-  F4 odd = Mul(LoadAligned4(w + 4), Load4(p + kStep));
+  F4 odd = Mul(LoadAligned4(w + s), Load4(p + kStep));
   int k = 2;
   for (; k + 1 < n; k += 2) {
-    even = Add(even, Mul(LoadAligned4(w + 4 * k), Load4(p + kStep * k)));
-    odd = Add(odd, Mul(LoadAligned4(w + 4 * k + 4), Load4(p + kStep * (k + 1))));
+    even = Add(even, Mul(LoadAligned4(w + s * k), Load4(p + kStep * k)));
+    odd = Add(odd, Mul(LoadAligned4(w + s * (k + 1)), Load4(p + kStep * (k + 1))));
   }
-  if (k < n) even = Add(even, Mul(LoadAligned4(w + 4 * k), Load4(p + kStep * k)));
+  if (k < n) even = Add(even, Mul(LoadAligned4(w + s * k), Load4(p + kStep * k)));
   return Add(even, odd);
 }
 
-// One row of the horizontal pass into dst (out_w RGB floats): output
-// position pos sums `taps` pixels from in + offset[pos] with weights
-// wtable[pos * taps * 4...] (both already mirrored for hflip). Positions
-// go up: each 4-lane store's 4th float is overwritten by the next pixel,
+// One row of the horizontal pass into dst (out_w RGB floats): position pos
+// sums `taps` pixels from in + offset[pos] (see HorizontalTable). Positions
+// go up: each 4-lane store's 4th float is overwritten by the next pixel;
 // the last one's lands on dst[3 * out_w], which must exist.
 template <int kStep, int kTaps>
-void HorizontalRowN(const float* in, const int* offset, const float* wtable, int taps, int out_w,
+void HorizontalRowN(const float* in, const int* offset, const float* table, int taps, int out_w,
                     float* dst) {
-  for (int pos = 0; pos < out_w; ++pos) {
-    Store4(dst + 3 * pos,
-           TapSum<kStep, kTaps>(in + offset[pos], wtable + size_t(pos) * taps * 4, taps));
+  const size_t pair = size_t(taps) * kXTapStride;  // Table floats per pair of positions.
+  const float* w = table;
+  int pos = 0;
+  for (; pos + 1 < out_w; pos += 2, w += pair) {
+    Store4(dst + 3 * pos, TapSum<kStep, kTaps>(in + offset[pos], w, taps));
+    Store4(dst + 3 * pos + 3, TapSum<kStep, kTaps>(in + offset[pos + 1], w + 4, taps));
   }
+  if (pos < out_w) Store4(dst + 3 * pos, TapSum<kStep, kTaps>(in + offset[pos], w, taps));
 }
+
+#ifdef SATURATE_RESIZE_AVX2
+// Tap k of positions pos (lanes 0-3) and pos + 1 (lanes 4-7), weighted.
+// (No lambdas in the AVX2 code: they would not inherit the target.)
+template <int kStep>
+SATURATE_TARGET_AVX2 inline __m256 TapPair(const float* p0, const float* p1, const float* w,
+                                           int k) {
+  const __m256 px = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p0 + kStep * k)),
+                                         _mm_loadu_ps(p1 + kStep * k), 1);
+  return _mm256_mul_ps(_mm256_loadu_ps(w + kXTapStride * k), px);
+}
+
+// HorizontalRowN two positions at a time.
+template <int kStep, int kTaps>
+SATURATE_TARGET_AVX2 void HorizontalRowNAvx2(const float* in, const int* offset, const float* table,
+                                             int taps, int out_w, float* dst) {
+  const int n = kTaps > 0 ? kTaps : taps;
+  const size_t pair = size_t(taps) * kXTapStride;
+  const float* w = table;
+  int pos = 0;
+  for (; pos + 1 < out_w; pos += 2, w += pair) {
+    const float* p0 = in + offset[pos];
+    const float* p1 = in + offset[pos + 1];
+    __m256 sum = TapPair<kStep>(p0, p1, w, 0);
+    if (n > 1) {
+      __m256 even = sum, odd = TapPair<kStep>(p0, p1, w, 1);
+      int k = 2;
+      for (; k + 1 < n; k += 2) {
+        even = _mm256_add_ps(even, TapPair<kStep>(p0, p1, w, k));
+        odd = _mm256_add_ps(odd, TapPair<kStep>(p0, p1, w, k + 1));
+      }
+      if (k < n) even = _mm256_add_ps(even, TapPair<kStep>(p0, p1, w, k));
+      sum = _mm256_add_ps(even, odd);
+    }
+    _mm_storeu_ps(dst + 3 * pos, _mm256_castps256_ps128(sum));
+    _mm_storeu_ps(dst + 3 * pos + 3, _mm256_extractf128_ps(sum, 1));
+  }
+  if (pos < out_w) Store4(dst + 3 * pos, TapSum<kStep, kTaps>(in + offset[pos], w, taps));
+}
+#endif
 
 template <int kStep>
-void HorizontalRow(const float* in, const int* offset, const float* wtable, int taps, int out_w,
-                   float* dst) {
+void HorizontalRow(const float* in, const int* offset, const float* table, int taps, int out_w,
+                   bool avx2, float* dst) {
+#ifdef SATURATE_RESIZE_AVX2
+#define SATURATE_HROW(n)                                                          \
+  return avx2 ? HorizontalRowNAvx2<kStep, n>(in, offset, table, taps, out_w, dst) \
+              : HorizontalRowN<kStep, n>(in, offset, table, taps, out_w, dst)
+#else
+#define SATURATE_HROW(n) return HorizontalRowN<kStep, n>(in, offset, table, taps, out_w, dst)
+  (void)avx2;
+#endif
   switch (taps) {  // Mild downscales and upscales: 2-5 taps.
     case 1:
-      return HorizontalRowN<kStep, 1>(in, offset, wtable, taps, out_w, dst);
+      SATURATE_HROW(1);
     case 2:
-      return HorizontalRowN<kStep, 2>(in, offset, wtable, taps, out_w, dst);
+      SATURATE_HROW(2);
     case 3:
-      return HorizontalRowN<kStep, 3>(in, offset, wtable, taps, out_w, dst);
+      SATURATE_HROW(3);
     case 4:
-      return HorizontalRowN<kStep, 4>(in, offset, wtable, taps, out_w, dst);
+      SATURATE_HROW(4);
     case 5:
-      return HorizontalRowN<kStep, 5>(in, offset, wtable, taps, out_w, dst);
+      SATURATE_HROW(5);
     default:
-      return HorizontalRowN<kStep, 0>(in, offset, wtable, taps, out_w, dst);
+      SATURATE_HROW(0);
   }
-}
-
-// ToByte of n floats into dst, 16 at a time (a ragged end is redone).
-void FloatsToBytes(const float* in, size_t n, uint8_t* dst) {
-  if (n < 16) {
-    for (size_t i = 0; i < n; ++i) dst[i] = ToByte(in[i]);
-    return;
-  }
-  auto chunk = [&](size_t i) {
-    const F4 v[4] = {Load4(in + i), Load4(in + i + 4), Load4(in + i + 8), Load4(in + i + 12)};
-    Store16Bytes(v, dst + i);
-  };
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) chunk(i);
-  if (i < n) chunk(n - 16);
+#undef SATURATE_HROW
 }
 
 // n RGB pixels at p as RGBX floats (X = 0) into quad.
@@ -314,12 +393,11 @@ void WidenRow(const uint8_t* p, int n, float* quad) {
   Store4(quad + size_t(n - 1) * 4, WidenPixel<true>(p + 3 * (n - 1)));
 }
 
-// The vertical pass, 16 values at a time: out[i] = sum over taps k < n of
-// w[k] * rows[k][i] for i < len, rows `stride` elements apart (w is a
-// broadcast table), summed in tap order. A ragged end is redone as the last
-// 16 values (same results); len < 16 takes the scalar loop.
-template <typename In, typename Out, typename Chunk, typename Scalar>
-void VerticalRow(size_t len, Chunk chunk, Scalar scalar) {
+// Runs chunk(i) over [0, len) 16 values at a time; a ragged end is redone
+// as the last 16 (chunks only write, so the values are the same); len < 16
+// goes to scalar(i) one value at a time.
+template <typename Chunk, typename Scalar>
+inline void ForEach16(size_t len, Chunk chunk, Scalar scalar) {
   if (len < 16) {
     for (size_t i = 0; i < len; ++i) scalar(i);
     return;
@@ -329,10 +407,14 @@ void VerticalRow(size_t len, Chunk chunk, Scalar scalar) {
   if (i < len) chunk(len - 16);
 }
 
+// The vertical passes: out[i] = sum over taps k < n of w[k] * rows[k][i]
+// for i < len, rows `stride` elements apart (w a VerticalTable row), summed
+// in tap order as the scalar code did.
+
 // Bytes (source rows) to floats (the vertical-first intermediate row).
 void VerticalBytesToFloats(const uint8_t* first, size_t stride, const float* w, int n, size_t len,
                            float* dst) {
-  VerticalRow<uint8_t, float>(
+  ForEach16(
       len,
       [&](size_t i) {
         F4 v[4], a[4];
@@ -353,10 +435,38 @@ void VerticalBytesToFloats(const uint8_t* first, size_t stride, const float* w, 
       });
 }
 
+#ifdef SATURATE_RESIZE_AVX2
+// 8 bytes at p as floats.
+SATURATE_TARGET_AVX2 inline __m256 Widen8Avx2(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+SATURATE_TARGET_AVX2 void VerticalBytesToFloatsAvx2(const uint8_t* first, size_t stride,
+                                                    const float* w, int n, size_t len, float* dst) {
+  if (len < 16) return VerticalBytesToFloats(first, stride, w, n, len, dst);
+  for (size_t i = 0;; i += 16) {
+    i = std::min(i, len - 16);  // A ragged end is redone as the last 16.
+    const __m256 w0 = _mm256_broadcast_ss(w);
+    __m256 a0 = _mm256_mul_ps(w0, Widen8Avx2(first + i));
+    __m256 a1 = _mm256_mul_ps(w0, Widen8Avx2(first + i + 8));
+    for (int k = 1; k < n; ++k) {
+      const uint8_t* row = first + stride * k + i;
+      const __m256 wk = _mm256_broadcast_ss(w + 4 * k);
+      a0 = _mm256_add_ps(a0, _mm256_mul_ps(wk, Widen8Avx2(row)));
+      a1 = _mm256_add_ps(a1, _mm256_mul_ps(wk, Widen8Avx2(row + 8)));
+    }
+    _mm256_storeu_ps(dst + i, a0);
+    _mm256_storeu_ps(dst + i + 8, a1);
+    if (i + 16 == len) break;
+  }
+}
+#endif
+
 // Floats (horizontal-first intermediate rows) to output bytes.
 void VerticalFloatsToBytes(const float* first, size_t stride, const float* w, int n, size_t len,
                            uint8_t* dst) {
-  VerticalRow<float, uint8_t>(
+  ForEach16(
       len,
       [&](size_t i) {
         F4 a[4];
@@ -376,6 +486,17 @@ void VerticalFloatsToBytes(const float* first, size_t stride, const float* w, in
       });
 }
 
+// ToByte of n floats into dst.
+void FloatsToBytes(const float* in, size_t n, uint8_t* dst) {
+  ForEach16(
+      n,
+      [&](size_t i) {
+        const F4 v[4] = {Load4(in + i), Load4(in + i + 4), Load4(in + i + 8), Load4(in + i + 12)};
+        Store16Bytes(v, dst + i);
+      },
+      [&](size_t i) { dst[i] = ToByte(in[i]); });
+}
+
 // Resizes the source box [bx0, bx0 + bw) x [by0, by0 + bh) (fractional,
 // in pixels of `src`) of an RGB8 image to out_w x out_h. Taps stay inside
 // [cx0, cx1) x [cy0, cy1).
@@ -393,19 +514,21 @@ void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, d
   const int col_hi = xt.first[out_w - 1] + xt.count[out_w - 1];
   const int cols = col_hi - col_lo;
   const size_t out_row = size_t(out_w) * 3;
-  const int x_taps = MaxTaps(xt, out_w), y_taps = MaxTaps(yt, out_h);
-  const bool h_first = row_hi - row_lo <= out_h;
-  float* xw = Grow(s.x_table, size_t(out_w) * x_taps * 4);
-  float* yw = Grow(s.y_table, size_t(out_h) * y_taps * 4);
-  int* x_offset = Grow(s.x_offset, out_w);
-  BroadcastWeights(xt, out_w, x_taps, hflip, xw, x_offset, col_lo, h_first ? 4 : 3);
-  BroadcastWeights(yt, out_h, y_taps, false, yw);
-  // Padded taps read up to x_taps - 1 pixels past col_hi; the rows below get
-  // that many zero pixels of slack (zero weight times a finite value).
+  const bool avx2 = HasAvx2();
   // The horizontal pass is the costlier one per value (a 4th lane idles);
   // run it on whichever side has fewer rows. Either way each output value
   // gets the same sums: hflip only mirrors where a column lands, so flipped
   // output is an exact mirror.
+  const bool h_first = row_hi - row_lo <= out_h;
+  const int x_taps = MaxTaps(xt, out_w), y_taps = MaxTaps(yt, out_h);
+  float* xw = Grow(s.x_table, XTableIndex(out_w + 1, 0, x_taps));
+  float* yw = Grow(s.y_table, size_t(out_h) * y_taps * 4);
+  int* x_offset = Grow(s.x_offset, out_w);
+  HorizontalTable(xt, out_w, x_taps, hflip, col_lo, h_first ? 4 : 3, xw, x_offset);
+  VerticalTable(yt, out_h, y_taps, yw);
+  // Padded taps read up to x_taps - 1 pixels past col_hi: the rows they
+  // read get that many zero pixels of slack (zero weight times a finite
+  // value), plus the 4th lane of the last one.
   if (h_first) {
     // Horizontal first: source rows -> mid (float, out_w wide), each row
     // made just before the first output row that needs it (cache reuse).
@@ -417,7 +540,7 @@ void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, d
     for (int y = 0; y < out_h; ++y) {
       for (const int need = yt.first[y] + yt.count[y]; done < need; ++done) {
         WidenRow(src + src_stride * done + size_t(col_lo) * 3, cols, quad);
-        HorizontalRow<4>(quad, x_offset, xw, x_taps, out_w, mid + out_row * (done - row_lo));
+        HorizontalRow<4>(quad, x_offset, xw, x_taps, out_w, avx2, mid + out_row * (done - row_lo));
       }
       VerticalFloatsToBytes(mid + out_row * (yt.first[y] - row_lo), out_row,
                             yw + size_t(y) * y_taps * 4, yt.count[y], out_row, out + out_row * y);
@@ -432,9 +555,18 @@ void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, d
   std::fill(row + mid_row, row + mid_row + size_t(x_taps) * 3 + 1, 0.0f);
   float* hrow = Grow(s.quad, out_row + 1);
   for (int y = 0; y < out_h; ++y) {
-    VerticalBytesToFloats(src + src_stride * yt.first[y] + size_t(col_lo) * 3, src_stride,
-                          yw + size_t(y) * y_taps * 4, yt.count[y], mid_row, row);
-    HorizontalRow<3>(row, x_offset, xw, x_taps, out_w, hrow);
+    const uint8_t* first = src + src_stride * yt.first[y] + size_t(col_lo) * 3;
+    const float* w = yw + size_t(y) * y_taps * 4;
+#ifdef SATURATE_RESIZE_AVX2
+    if (avx2) {
+      VerticalBytesToFloatsAvx2(first, src_stride, w, yt.count[y], mid_row, row);
+    } else {
+      VerticalBytesToFloats(first, src_stride, w, yt.count[y], mid_row, row);
+    }
+#else
+    VerticalBytesToFloats(first, src_stride, w, yt.count[y], mid_row, row);
+#endif
+    HorizontalRow<3>(row, x_offset, xw, x_taps, out_w, avx2, hrow);
     FloatsToBytes(hrow, out_row, out + out_row * y);
   }
 }
@@ -690,8 +822,8 @@ size_t DecodeScratch::CapacityBytes() const {
   const Impl& s = *impl_;
   return CapacityOf(s.pixels) + CapacityOf(s.x_taps.first) + CapacityOf(s.x_taps.count) +
          CapacityOf(s.x_taps.weights) + CapacityOf(s.y_taps.first) + CapacityOf(s.y_taps.count) +
-         CapacityOf(s.y_taps.weights) + CapacityOf(s.x_table) + CapacityOf(s.y_table) + CapacityOf(s.x_offset) +
-         CapacityOf(s.mid) + CapacityOf(s.quad);
+         CapacityOf(s.y_taps.weights) + CapacityOf(s.x_table) + CapacityOf(s.y_table) +
+         CapacityOf(s.x_offset) + CapacityOf(s.mid) + CapacityOf(s.quad);
 }
 void DecodeScratch::set_only_fast_dct_scales(bool only_fast) {
   impl_->only_fast_dct_scales = only_fast;
@@ -805,6 +937,8 @@ void CropResizeRgb(const uint8_t* rgb, int width, int height, const CropRect& cr
               crop.x + crop.width, crop.y, crop.y + crop.height, out_width, out_height, hflip,
               out_rgb, scratch->impl());
 }
+
+void DisableAvx2ResizeForTesting(bool disable) { g_avx2_disabled = disable; }
 
 uint16_t FloatToHalfBits(float value) { return HalfBits(value); }
 

@@ -141,6 +141,11 @@ Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner
 void CropResizeRgb(const uint8_t* rgb, int width, int height, const CropRect& crop, int out_width,
                    int out_height, bool hflip, uint8_t* out_rgb, DecodeScratch* scratch);
 
+// Tests only: when true, the resampler uses its SSE2 loops even on an AVX2
+// CPU, so tests can check that both give the same bytes. Not thread-safe
+// against concurrent resizing.
+void DisableAvx2ResizeForTesting(bool disable);
+
 enum class Layout { kHWC, kCHW };
 enum class PixelType { kUInt8, kFloat32, kFloat16 };
 

@@ -97,7 +97,8 @@ class Watcher::Impl {
     start_ns_ = MonotonicNs();
     start_unix_ns_ = UnixNs();
     LoadGpus();
-    SATURATE_ASSIGN_OR_RETURN(prev_host_, ReadHostCounters(options_.proc_root, "/sys", &whole_disks_));
+    SATURATE_ASSIGN_OR_RETURN(prev_host_,
+                              ReadHostCounters(options_.proc_root, "/sys", &whole_disks_));
     if (options_.pid > 0) prev_tree_ = Tree(start_ns_);
     if (!options_.run_dir.empty()) SATURATE_RETURN_IF_ERROR(OpenRunDir());
     thread_ = std::thread([this] { Loop(); });
