@@ -110,6 +110,7 @@ class Watcher::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopped_) return Status::OK();
       stopped_ = true;
+      stop_ns_ = MonotonicNs();
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
@@ -130,7 +131,8 @@ class Watcher::Impl {
 
   WatchStats stats() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return WatchStats{samples_, MonotonicNs() - start_ns_, sampler_cpu_ns_, last_error_};
+    const int64_t now_ns = stopped_ ? stop_ns_ : MonotonicNs();
+    return WatchStats{samples_, now_ns - start_ns_, sampler_cpu_ns_, last_error_};
   }
 
   std::string LatestJson() const {
@@ -314,6 +316,7 @@ class Watcher::Impl {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopped_ = false;
+  int64_t stop_ns_ = 0;
   Snapshot latest_;
   uint64_t samples_ = 0;
   int64_t sampler_cpu_ns_ = 0;
