@@ -61,6 +61,18 @@ def digits(tmp_path_factory):
     return out
 
 
+def epoch_samples_and_stats(loader, field="image"):
+    """(samples seen, loader.stats()) over one epoch, with the stats read at its
+    last batch: once the loop ends the loader moves on to the next epoch, and
+    its workers start on it."""
+    n, stats = 0, None
+    for i, batch in enumerate(loader):
+        n += batch[field].shape[0]
+        if i == len(loader) - 1:
+            stats = loader.stats()
+    return n, stats
+
+
 def run_python(args, env=None, timeout=120, **kwargs):
     """Runs `python ARGS` (argv, never a shell) with this interpreter and import path."""
     full_env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **(env or {}))

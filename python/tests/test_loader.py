@@ -12,7 +12,7 @@ import xxhash
 import saturate
 from saturate import transforms as T
 
-from conftest import DIGITS, run_python
+from conftest import DIGITS, epoch_samples_and_stats, run_python
 
 TRAIN = [T.RandomResizedCrop(64), T.RandomHorizontalFlip()]  # 48 KiB+ batches: views
 
@@ -154,8 +154,7 @@ def test_jax_outputs_match_torch(photos):
 
 def test_stats_count_the_stages(photos):
     loader = saturate.Loader(photos, 6, transforms={"image": TRAIN})
-    n = sum(b["image"].shape[0] for b in loader)
-    stats = loader.stats()
+    n, stats = epoch_samples_and_stats(loader)
     assert stats["samples"] == n == 36
     assert stats["decode_ns"] > 0 and stats["batches_delivered"] == len(loader)
     assert stats["threads"] >= 1 and stats["prefetch"] >= 1
