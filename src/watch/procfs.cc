@@ -61,12 +61,6 @@ uint64_t Delta(uint64_t before, uint64_t after) { return after > before ? after 
 
 double PerSecond(uint64_t delta, double elapsed_s) { return elapsed_s > 0 ? delta / elapsed_s : 0; }
 
-int64_t MonotonicNowNs() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
-
 // Reads `path` and hands its text to `parse` with the path as the source.
 template <typename Parser>
 auto ReadParsed(const std::string& path, Parser parse)
@@ -345,6 +339,12 @@ Result<ProcessTreeCounters> ReadProcessTree(const std::string& proc_root, int ro
   ProcessTreeCounters sum = SumProcesses(tree, PageSizeBytes());
   sum.time_ns = time_ns;
   return sum;
+}
+
+int64_t MonotonicNowNs() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
 int64_t ClockTicksPerSecond() { return ::sysconf(_SC_CLK_TCK); }

@@ -178,6 +178,9 @@ Result<std::vector<ProcessStat>> ListProcesses(const std::string& proc_root = "/
 // NotFound when root_pid does not exist.
 Result<ProcessTreeCounters> ReadProcessTree(const std::string& proc_root, int root_pid);
 
+// CLOCK_MONOTONIC in nanoseconds: the clock every reader stamps samples with.
+int64_t MonotonicNowNs();
+
 // sysconf(_SC_CLK_TCK) (100 on every mainstream Linux) and the page size.
 int64_t ClockTicksPerSecond();
 int64_t PageSizeBytes();

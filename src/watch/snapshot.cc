@@ -250,8 +250,7 @@ std::string RenderLine(const Snapshot& s) {
   return line;
 }
 
-std::string RenderScreen(const Snapshot& s, const std::vector<GpuDeviceInfo>& /*gpus*/,
-                         const ViewContext& view) {
+std::string RenderScreen(const Snapshot& s, const ViewContext& view) {
   std::string out = Format("saturate watch   %.1f s", double(s.t_ns) / 1e9) +
                     Format("   every %.0f ms", double(view.interval_ns) / 1e6);
   if (!view.run_dir.empty()) out += "   run: " + view.run_dir;

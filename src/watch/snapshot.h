@@ -55,8 +55,7 @@ struct ViewContext {
 };
 
 // The live one-screen view (for a terminal) and the one-line form (for logs).
-std::string RenderScreen(const Snapshot& s, const std::vector<GpuDeviceInfo>& gpus,
-                         const ViewContext& view);
+std::string RenderScreen(const Snapshot& s, const ViewContext& view);
 std::string RenderLine(const Snapshot& s);
 
 }  // namespace saturate::watch

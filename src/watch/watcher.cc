@@ -24,12 +24,6 @@ using json = nlohmann::json;
 
 constexpr int64_t kRescanNs = 1'000'000'000;  // full /proc scan for new tree members
 
-int64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
-
 int64_t UnixNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -94,7 +88,7 @@ class Watcher::Impl {
   ~Impl() { (void)Stop(std::nullopt); }
 
   Status Open() {
-    start_ns_ = MonotonicNs();
+    start_ns_ = MonotonicNowNs();
     start_unix_ns_ = UnixNs();
     LoadGpus();
     SATURATE_ASSIGN_OR_RETURN(prev_host_,
@@ -110,7 +104,7 @@ class Watcher::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopped_) return Status::OK();
       stopped_ = true;
-      stop_ns_ = MonotonicNs();
+      stop_ns_ = MonotonicNowNs();
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
@@ -131,7 +125,7 @@ class Watcher::Impl {
 
   WatchStats stats() const {
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t now_ns = stopped_ ? stop_ns_ : MonotonicNs();
+    const int64_t now_ns = stopped_ ? stop_ns_ : MonotonicNowNs();
     return WatchStats{samples_, now_ns - start_ns_, sampler_cpu_ns_, last_error_};
   }
 
@@ -149,7 +143,7 @@ class Watcher::Impl {
     std::lock_guard<std::mutex> lock(mu_);
     ViewContext view{gpu_status_, options_.run_dir, options_.pid, options_.command,
                      options_.interval_ns};
-    return screen ? RenderScreen(latest_, GpuInfos(), view) : RenderLine(latest_);
+    return screen ? RenderScreen(latest_, view) : RenderLine(latest_);
   }
 
  private:
@@ -245,7 +239,7 @@ class Watcher::Impl {
   }
 
   void SampleOnce() {
-    const int64_t now_ns = MonotonicNs();
+    const int64_t now_ns = MonotonicNowNs();
     Snapshot s;
     s.t_ns = now_ns - start_ns_;
     s.unix_ns = UnixNs();
