@@ -199,7 +199,8 @@ class StepTimer:
     def blocked(self, fn: Callable, *args):
         """``fn(*args)``, its time counted as waiting for data once measuring."""
         begin = time.perf_counter()
-        value = fn(*args)
+        with saturate.phase("data"):
+            value = fn(*args)
         if self._start is not None:
             self.wait_s += time.perf_counter() - begin
         return value
@@ -258,14 +259,19 @@ def train(model: torch.nn.Module, loader: Iterable, *, lr: float, epochs: Option
     scaler = grad_scaler(dev)
     timer = StepTimer(warmup, dev)
     model.train()
+    # The phases and step marks go to the run directory under `saturate doctor`.
     for x, y in _timed_batches(loader, _epoch_numbers(epochs, max_steps), timer):
-        x, y = to_device(x, dev), to_device(y, dev)
-        with autocast(dev):
+        with saturate.phase("copy"):
+            x, y = to_device(x, dev), to_device(y, dev)
+        with saturate.phase("forward"), autocast(dev):
             loss = F.cross_entropy(model(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
+        with saturate.phase("backward"):
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+        with saturate.phase("optimizer"):
+            scaler.step(optimizer)
+            scaler.update()
+        saturate.step()
         timer.step_done(len(y))
         if timer.steps == max_steps:
             break

@@ -11,7 +11,8 @@
 //
 // Thread-safety: a Loader is used from one Python thread at a time (the GIL
 // and the C++ Loader's single-consumer rule); pack and verify calls are
-// independent.
+// independent. A Phase object is entered by one thread at a time; the trace
+// functions may be called from any thread.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -30,6 +31,7 @@
 #include "saturate/feed/loader.h"
 #include "saturate/format/verify.h"
 #include "saturate/pack/pack.h"
+#include "saturate/trace/trace.h"
 #include "saturate/watch/watcher.h"
 #include "watch/metrics_server.h"
 
@@ -292,6 +294,42 @@ class PyWatcher {
   std::unique_ptr<watch::MetricsServer> server_;
 };
 
+Result<trace::Category> ParseCategory(std::string_view name) {
+  if (name == "user") return trace::Category::kUser;
+  if (name == "loader") return trace::Category::kLoader;
+  if (name == "checkpoint") return trace::Category::kCheckpoint;
+  return Status::InvalidArgument("trace category '" + std::string(name) +
+                                 "' (use user, loader or checkpoint)");
+}
+
+// saturate.phase: a span (and NVTX range) from __enter__ to __exit__. Kept in
+// C++ so that a span costs two calls and no Python frames.
+class PyPhase {
+ public:
+  PyPhase(std::string name, const std::string& category)
+      : name_(std::move(name)),
+        category_name_(category),
+        category_(ValueOrThrow(ParseCategory(category))) {}
+
+  void Enter() {
+    if (phase_) {
+      ThrowIfError(Status::InvalidArgument("phase '" + name_ +
+                                           "' is already entered; nest a new saturate.phase()"));
+    }
+    phase_.emplace(name_, category_);  // views name_, which outlives it
+  }
+  void Exit() { phase_.reset(); }
+
+  const std::string& name() const { return name_; }
+  const std::string& category() const { return category_name_; }
+
+ private:
+  std::string name_;
+  std::string category_name_;
+  trace::Category category_;
+  std::optional<trace::Phase> phase_;
+};
+
 }  // namespace
 }  // namespace saturate::python
 
@@ -401,4 +439,37 @@ NB_MODULE(_core, m) {
         d["last_error"] = s.last_error;
         return d;
       });
+
+  // ---- trace (saturate.phase, saturate.step, saturate.trace) ----
+  nb::class_<PyPhase>(m, "Phase",
+                      "A span from entering to leaving (and an NVTX range with CUDA): "
+                      "`with saturate.phase(\"forward\"):` or `@saturate.phase(\"forward\")`.")
+      .def(nb::init<std::string, const std::string&>(), "name"_a, "category"_a = "user")
+      .def("__enter__",
+           [](nb::handle self) {
+             nb::cast<PyPhase&>(self).Enter();
+             return nb::borrow(self);
+           })
+      .def(
+          "__exit__", [](PyPhase& p, nb::handle, nb::handle, nb::handle) { p.Exit(); },
+          "exc_type"_a.none(), "exc"_a.none(), "tb"_a.none())
+      .def("__call__",
+           [](const PyPhase& p, nb::object fn) {
+             return nb::module_::import_("saturate._trace")
+                 .attr("_wrap")(p.name(), p.category(), fn);
+           })
+      .def_prop_ro("name", &PyPhase::name)
+      .def_prop_ro("category", &PyPhase::category);
+  m.def("trace_step", [] { return trace::Step(); });
+  m.def(
+      "trace_start",
+      [](const std::string& run_dir) {
+        ThrowIfError(WithoutGil([&] { return trace::Start(run_dir); }));
+      },
+      "run_dir"_a);
+  m.def("trace_stop", [] { ThrowIfError(WithoutGil([] { return trace::Stop(); })); });
+  m.def("trace_flush", [] { ThrowIfError(WithoutGil([] { return trace::Flush(); })); });
+  m.def("trace_enabled", [] { return trace::Enabled(); });
+  m.def("trace_run_dir", [] { return trace::RunDir(); });
+  m.def("trace_now_ns", [] { return trace::NowNs(); });
 }

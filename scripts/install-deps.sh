@@ -22,6 +22,8 @@ packages=(
   python3-dev python3-venv python3-numpy python3-pytest python3-torch python3-torchvision
   # saturate watch's tests: a real Prometheus server scrapes it, and its parser reads the page
   prometheus python3-prometheus-client
+  # saturate doctor's test loads report.html in a real headless browser
+  chromium
 )
 
 missing=()

@@ -7,7 +7,9 @@
     loader = saturate.Loader("data/train.sat", batch_size=64,
                              transforms={"image": [T.RandomResizedCrop(224), T.RandomHorizontalFlip()]})
     for batch in loader:                                      # dict of torch tensors, zero-copy
-        ...
+        with saturate.phase("forward"):                       # spans, when tracing is on
+            ...
+        saturate.step()
 
 See README.md and docs/python.md.
 """
@@ -17,6 +19,20 @@ from .errors import Error
 from .loader import Loader
 from ._pack import pack, verify
 from ._watch import watch
+from . import _trace as trace
+from ._trace import phase, step
 
 __version__ = "0.1.0"
-__all__ = ["Loader", "pack", "verify", "watch", "transforms", "errors", "Error", "__version__"]
+__all__ = [
+    "Loader",
+    "pack",
+    "verify",
+    "watch",
+    "trace",
+    "phase",
+    "step",
+    "transforms",
+    "errors",
+    "Error",
+    "__version__",
+]

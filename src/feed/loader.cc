@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "feed/autotune.h"
 #include "feed/sample_plan.h"
 #include "feed/sampler.h"
+#include "saturate/trace/trace.h"
 
 namespace saturate::feed {
 namespace {
@@ -22,6 +24,11 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxPrefetch = 16;  // ring size: the most batches in flight
 constexpr int kDefaultPrefetch = 4;
+// How often Next() writes the "loader" counters record while tracing.
+constexpr int64_t kCountersIntervalNs = 1'000'000'000;
+
+// Loaders of this process, numbered for the counters record.
+std::atomic<int64_t> next_loader_id{0};
 
 uint64_t Nanos(Clock::time_point a, Clock::time_point b) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
@@ -126,6 +133,12 @@ class Loader::Impl {
     shared_->ready_cv.notify_all();
     for (std::thread& t : workers_) t.join();
     // slots_ (and their buffers) go with the members, after the workers.
+    if (trace::Enabled()) {
+      std::unique_lock<std::mutex> lock(shared_->mu);
+      const LoaderStats s = StatsLocked();
+      lock.unlock();
+      TraceCounters(s);
+    }
   }
 
   Status Start() {
@@ -175,12 +188,18 @@ class Loader::Impl {
   }
 
   Result<std::optional<Batch>> Next() {
+    const bool tracing = trace::Enabled();
+    if (tracing && wait_start_ns_ < 0) wait_start_ns_ = trace::NowNs();
     std::unique_lock<std::mutex> lock(shared_->mu);
-    if (delivered_ >= batches_per_epoch()) return std::optional<Batch>();
+    if (delivered_ >= batches_per_epoch()) {
+      wait_start_ns_ = -1;
+      return std::optional<Batch>();
+    }
     Slot& slot = slots_[delivered_ % kMaxPrefetch];
     auto t0 = Clock::now();
     while (!SlotCompleteLocked(slot)) {
       if (AllBuffersHeldLocked(slot)) {
+        wait_start_ns_ = -1;
         return Status::InvalidArgument("the consumer holds " + std::to_string(shared_->capacity) +
                                        " batches; release some or raise max_held_batches (now " +
                                        std::to_string(options_.max_held_batches) + ")");
@@ -201,8 +220,26 @@ class Loader::Impl {
     ++delivered_;
     ++batches_delivered_;
     if (tuner_) AutotuneLocked();
+    // Trace: the consumer's wait for this batch, and the counters once a second.
+    int64_t wait_start_ns = -1, delivered_ns = 0;
+    std::optional<LoaderStats> counters;
+    if (tracing && wait_start_ns_ >= 0) {
+      wait_start_ns = wait_start_ns_;
+      delivered_ns = trace::NowNs();
+      if (delivered_ns - last_counters_ns_ >= kCountersIntervalNs) {
+        counters = StatsLocked();
+        last_counters_ns_ = delivered_ns;
+      }
+    }
+    wait_start_ns_ = -1;
     lock.unlock();
     shared_->work_cv.notify_all();
+    if (wait_start_ns >= 0) {
+      trace::RecordSpan("data_wait", wait_start_ns, delivered_ns, trace::Category::kLoader,
+                        {{"epoch", static_cast<int64_t>(batch.epoch_)},
+                         {"batch", static_cast<int64_t>(batch.index_)}});
+    }
+    if (counters) TraceCounters(*counters);
 
     if (!error.ok()) return error;
     batch.tensors_ = plan_.Finish(batch.buffer_->data(), finish_valid_, count, &batch.size_);
@@ -210,6 +247,7 @@ class Loader::Impl {
   }
 
   bool WaitForNext(std::chrono::nanoseconds timeout) {
+    if (wait_start_ns_ < 0 && trace::Enabled()) wait_start_ns_ = trace::NowNs();
     std::unique_lock<std::mutex> lock(shared_->mu);
     auto t0 = Clock::now();
     const bool ready = shared_->ready_cv.wait_for(lock, timeout, [&] {
@@ -226,6 +264,7 @@ class Loader::Impl {
       return Status::InvalidArgument("state is past the end of the epoch");
     }
     std::vector<std::shared_ptr<BatchBuffer>> released;
+    wait_start_ns_ = -1;
     {
       std::unique_lock<std::mutex> lock(shared_->mu);
       released = StartEpochLocked(epoch, batches_done, &lock);
@@ -247,13 +286,7 @@ class Loader::Impl {
 
   LoaderStats stats() const {
     std::lock_guard<std::mutex> lock(shared_->mu);
-    LoaderStats s = stats_;
-    s.batches_delivered = batches_delivered_;
-    s.wait_ns = wait_ns_;
-    s.threads = threads_;
-    s.prefetch = prefetch_;
-    s.autotune_reason = last_reason_;
-    return s;
+    return StatsLocked();
   }
 
   const LoaderOptions& options() const { return options_; }
@@ -268,6 +301,68 @@ class Loader::Impl {
     LoaderStats stats;
     double cpu_s = 0;
   };
+
+  LoaderStats StatsLocked() const {
+    LoaderStats s = stats_;
+    s.batches_delivered = batches_delivered_;
+    s.wait_ns = wait_ns_;
+    s.threads = threads_;
+    s.prefetch = prefetch_;
+    s.autotune_reason = last_reason_;
+    return s;
+  }
+
+  // The "loader" counters record of the spans file (docs/trace.md).
+  void TraceCounters(const LoaderStats& s) const {
+    auto i = [](uint64_t v) { return static_cast<int64_t>(v); };
+    trace::RecordCounters("loader", {{"loader_id", trace_id_},
+                                     {"batch_size", i(options_.batch_size)},
+                                     {"threads", s.threads},
+                                     {"prefetch", s.prefetch},
+                                     {"samples", i(s.samples)},
+                                     {"skipped", i(s.skipped)},
+                                     {"read_ns", i(s.read_ns)},
+                                     {"decode_ns", i(s.decode_ns)},
+                                     {"transform_ns", i(s.transform_ns)},
+                                     {"wait_ns", i(s.wait_ns)},
+                                     {"batches_delivered", i(s.batches_delivered)}});
+  }
+
+  // A worker's work on one batch, recorded as one "load_batch" span when the
+  // worker moves on to another batch or runs out of work.
+  struct Stretch {
+    uint64_t epoch = 0;
+    uint64_t batch = UINT64_MAX;  // UINT64_MAX: none open
+    int64_t start_ns = 0, end_ns = 0;
+    uint64_t samples = 0;
+    StageTimes times;
+  };
+
+  static void CloseStretch(Stretch* s) {
+    if (s->batch == UINT64_MAX) return;
+    auto i = [](uint64_t v) { return static_cast<int64_t>(v); };
+    trace::RecordSpan("load_batch", s->start_ns, s->end_ns, trace::Category::kLoader,
+                      {{"epoch", i(s->epoch)},
+                       {"batch", i(s->batch)},
+                       {"samples", i(s->samples)},
+                       {"read_ns", i(s->times.read_ns)},
+                       {"decode_ns", i(s->times.decode_ns)},
+                       {"transform_ns", i(s->times.transform_ns)}});
+    s->batch = UINT64_MAX;
+  }
+
+  static void ExtendStretch(uint64_t epoch, uint64_t batch, int64_t start_ns, int64_t end_ns,
+                            uint64_t samples, const StageTimes& times, Stretch* s) {
+    if (s->batch != batch || s->epoch != epoch) {
+      CloseStretch(s);
+      *s = Stretch{epoch, batch, start_ns, end_ns, 0, StageTimes{}};
+    }
+    s->end_ns = end_ns;
+    s->samples += samples;
+    s->times.read_ns += times.read_ns;
+    s->times.decode_ns += times.decode_ns;
+    s->times.transform_ns += times.transform_ns;
+  }
 
   static double ProcessCpuSeconds() {
     rusage u;
@@ -381,10 +476,15 @@ class Loader::Impl {
     SampleScratch scratch;
     std::vector<uint64_t> indices;
     indices.reserve(chunk_);
+    Stretch stretch;  // tracing only
     std::unique_lock<std::mutex> lock(shared_->mu);
     while (true) {
+      if (!shared_->stop && !CanStartLocked(worker)) CloseStretch(&stretch);  // going idle
       shared_->work_cv.wait(lock, [&] { return shared_->stop || CanStartLocked(worker); });
-      if (shared_->stop) return;
+      if (shared_->stop) {
+        CloseStretch(&stretch);
+        return;
+      }
       // Claim a chunk of the batch under the cursor.
       const uint64_t b = cursor_batch_;
       Slot& slot = slots_[b % kMaxPrefetch];
@@ -422,6 +522,8 @@ class Loader::Impl {
       Status first_error;
       uint64_t first_error_slot = UINT64_MAX;
       std::vector<uint64_t> failed;  // small; usually empty
+      const bool tracing = trace::Enabled();
+      const int64_t chunk_start_ns = tracing ? trace::NowNs() : 0;
       for (uint64_t k = 0; k < indices.size(); ++k) {
         Status s = ProduceSample(indices[k], epoch, begin + k, data, &scratch, &times);
         if (!s.ok()) {
@@ -431,6 +533,9 @@ class Loader::Impl {
             first_error_slot = begin + k;
           }
         }
+      }
+      if (tracing) {
+        ExtendStretch(epoch, b, chunk_start_ns, trace::NowNs(), indices.size(), times, &stretch);
       }
 
       lock.lock();
@@ -496,6 +601,12 @@ class Loader::Impl {
   uint64_t batches_delivered_ = 0;
   uint64_t wait_ns_ = 0;
   LoaderStats stats_;
+  int64_t last_counters_ns_ = 0;  // when Next() last wrote the counters record
+
+  // The consumer thread's own (tracing): when it began waiting for the next
+  // batch, -1 when it is not waiting.
+  int64_t wait_start_ns_ = -1;
+  const int64_t trace_id_ = next_loader_id.fetch_add(1);
 };
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

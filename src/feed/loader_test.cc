@@ -5,13 +5,18 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <sstream>
 
+#include "base/file.h"
 #include "base/testing.h"
 #include "format/shard_format.h"
 #include "image/codec.h"
 #include "saturate/format/writer.h"
+#include "saturate/trace/trace.h"
 
 namespace saturate::feed {
 namespace {
@@ -394,6 +399,62 @@ TEST(LoaderTest, BadOptionsAreClearErrors) {
   EXPECT_FALSE(Loader::Open(o).ok());
   o = ArrayOptions(dir.path() + "/missing");
   EXPECT_EQ(Loader::Open(o).status().code(), StatusCode::kNotFound);
+}
+
+TEST(LoaderTest, TracesWaitsBatchLoadsAndCounters) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteImageDataset(dir.path(), 40));
+  const std::string run = dir.Join("run");
+  SATURATE_ASSERT_OK(trace::Start(run));
+  {
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(ImageOptions(dir.path(), 2)));
+    ASSERT_TRUE(loader->WaitForNext(std::chrono::seconds(10)));  // a wait that starts early
+    EXPECT_EQ(Drain(loader.get()).size(), 8u);
+  }  // the last counters record
+  SATURATE_ASSERT_OK(trace::Stop());
+
+  SATURATE_ASSERT_OK_AND_ASSIGN(
+      std::string text, ReadFileToString(run + "/spans-" + std::to_string(getpid()) + ".jsonl"));
+  std::istringstream lines(text);
+  std::map<int64_t, int64_t> waits, loaded;  // per batch: data_wait spans, samples loaded
+  std::set<int64_t> consumer_tids, worker_tids;
+  std::vector<nlohmann::json> counters;
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["ph"] == "X" && j["name"] == "data_wait") {
+      EXPECT_EQ(j["cat"], "loader");
+      EXPECT_GE(j["dur_ns"].get<int64_t>(), 0);
+      ++waits[j["args"]["batch"].get<int64_t>()];
+      consumer_tids.insert(j["tid"].get<int64_t>());
+    } else if (j["ph"] == "X" && j["name"] == "load_batch") {
+      EXPECT_EQ(j["cat"], "loader");
+      EXPECT_EQ(j["args"]["epoch"], 0);
+      for (const char* key : {"read_ns", "decode_ns", "transform_ns"}) {
+        EXPECT_TRUE(j["args"].contains(key)) << key;
+      }
+      loaded[j["args"]["batch"].get<int64_t>()] += j["args"]["samples"].get<int64_t>();
+      worker_tids.insert(j["tid"].get<int64_t>());
+    } else if (j["ph"] == "C" && j["name"] == "loader") {
+      counters.push_back(j["args"]);
+    }
+  }
+  ASSERT_EQ(waits.size(), 8u);  // one wait per delivered batch
+  for (const auto& [batch, n] : waits) EXPECT_EQ(n, 1) << batch;
+  ASSERT_EQ(loaded.size(), 8u);
+  for (const auto& [batch, samples] : loaded) EXPECT_EQ(samples, 5) << batch;
+  EXPECT_EQ(consumer_tids.size(), 1u);
+  EXPECT_FALSE(worker_tids.empty());
+  EXPECT_EQ(worker_tids.count(*consumer_tids.begin()), 0u);  // loads run on the workers
+  ASSERT_GE(counters.size(), 2u);  // at the first batch and at destruction
+  const nlohmann::json& last = counters.back();
+  EXPECT_EQ(last["samples"], 40);
+  EXPECT_EQ(last["batches_delivered"], 8);
+  EXPECT_EQ(last["batch_size"], 5);
+  EXPECT_EQ(last["threads"], 2);
+  for (const char* key :
+       {"prefetch", "skipped", "read_ns", "decode_ns", "transform_ns", "wait_ns"}) {
+    EXPECT_TRUE(last.contains(key)) << key;
+  }
 }
 
 }  // namespace

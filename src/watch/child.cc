@@ -5,8 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <string_view>
 
 extern char** environ;
 
@@ -46,13 +48,35 @@ int ExitCode(int status) {
   return 1;
 }
 
+// saturate's environment with `extra` set on top (replacing same names).
+std::vector<std::string> ChildEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    const bool replaced =
+        std::any_of(extra.begin(), extra.end(), [&](const auto& kv) { return kv.first == name; });
+    if (!replaced) env.emplace_back(entry);
+  }
+  for (const auto& [name, value] : extra) env.push_back(name + "=" + value);
+  return env;
+}
+
+std::vector<char*> CStrings(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (const std::string& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
 }  // namespace
 
 Result<Child> Child::Spawn(const std::vector<std::string>& argv, const ChildOptions& options) {
   if (argv.empty() || argv[0].empty()) return Status::InvalidArgument("no command to run");
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
+  std::vector<char*> args = CStrings(argv);
+  const std::vector<std::string> env_strings = ChildEnvironment(options.env);
+  std::vector<char*> env = CStrings(env_strings);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (options.output_fd >= 0) {
@@ -60,7 +84,7 @@ Result<Child> Child::Spawn(const std::vector<std::string>& argv, const ChildOpti
     posix_spawn_file_actions_adddup2(&actions, options.output_fd, STDERR_FILENO);
   }
   pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
     return rc == ENOENT ? Status::NotFound(argv[0] + ": command not found")

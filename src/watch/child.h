@@ -19,6 +19,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "saturate/base/status.h"
@@ -30,6 +31,9 @@ struct ChildOptions {
   // (e.g. a pipe's write end), which the parent may then close.
   int output_fd = -1;
   bool forward_signals = true;
+  // Variables set in the child's environment on top of saturate's own
+  // ("NAME", "value"), e.g. SATURATE_RUN_DIR for the trace library.
+  std::vector<std::pair<std::string, std::string>> env;
 };
 
 class Child {

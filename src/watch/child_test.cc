@@ -33,6 +33,26 @@ TEST(ChildTest, ArgumentsAreArgvNotAShellString) {
   EXPECT_FALSE(std::ifstream(marker).good());
 }
 
+TEST(ChildTest, ExtraEnvironmentReachesTheChild) {
+  testing::TempDir dir;
+  const std::string out = dir.path() + "/env";
+  setenv("SATURATE_CHILD_TEST_KEEP", "kept", 1);
+  setenv("SATURATE_CHILD_TEST_REPLACE", "old", 1);
+  ChildOptions options;
+  options.env = {{"SATURATE_CHILD_TEST_REPLACE", "new"}, {"SATURATE_CHILD_TEST_ADD", "a b"}};
+  SATURATE_ASSERT_OK_AND_ASSIGN(
+      Child c, Child::Spawn({"sh", "-c",
+                             "echo \"$SATURATE_CHILD_TEST_KEEP|$SATURATE_CHILD_TEST_REPLACE|"
+                             "$SATURATE_CHILD_TEST_ADD\" > " +
+                                 out},
+                            options));
+  EXPECT_EQ(*c.Wait(), 0);
+  std::ifstream in(out);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "kept|new|a b");
+}
+
 TEST(ChildTest, MissingCommandIsNotFound) {
   auto c = Child::Spawn({"saturate-no-such-command-xyz"});
   EXPECT_TRUE(testing::HasError(c.status(), StatusCode::kNotFound, {"command not found"}));

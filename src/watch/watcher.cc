@@ -198,6 +198,7 @@ class Watcher::Impl {
              {"command", options_.command},
              {"pid", options_.pid},
              {"start_unix_ns", start_unix_ns_},
+             {"start_monotonic_ns", start_ns_},
              {"interval_ns", options_.interval_ns},
              {"samples_file", "samples.jsonl"},
              {"schema", "docs/watch.md"}};

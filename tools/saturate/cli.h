@@ -56,6 +56,8 @@ void RegisterInspect(CLI::App& app, int* exit_code);
 void RegisterDevices(CLI::App& app, int* exit_code);
 void RegisterBench(CLI::App& app, int* exit_code);
 void RegisterWatch(CLI::App& app, int* exit_code);
+void RegisterTrace(CLI::App& app, int* exit_code);
+void RegisterDoctor(CLI::App& app, int* exit_code);  // doctor and report
 
 }  // namespace saturate::cli
 

@@ -8,7 +8,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "saturate - keep the GPU busy while a model trains.\n"
       "Packs datasets into a fast, checksummed, memory-mapped record format, feeds them to\n"
-      "training, and watches GPUs and host while a model trains."};
+      "training, watches GPUs and host while a model trains, and explains why the GPU idles."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "saturate 0.1.0");
   int exit_code = saturate::cli::kExitOk;
@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   saturate::cli::RegisterDevices(app, &exit_code);
   saturate::cli::RegisterBench(app, &exit_code);
   saturate::cli::RegisterWatch(app, &exit_code);
+  saturate::cli::RegisterTrace(app, &exit_code);
+  saturate::cli::RegisterDoctor(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,117 @@
+"""saturate doctor end to end: real CPU training jobs (doctor_scenario.py) that
+create one bottleneck each. For each, doctor's top finding must name it, and
+the fix it recommends, applied, must cut the time that cause costs.
+
+These run real work on the machine's cores (a few seconds each), so they
+assert the cause and the direction of the change, not exact numbers.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCENARIO = os.path.join(HERE, "doctor_scenario.py")
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def doctor(run_dir, scenario_args, *doctor_args, expect_rc=0):
+    """Runs `saturate doctor` on the scenario; returns (findings.json, stdout)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run(
+        [sys.executable, "-m", "saturate", "doctor", "--no-gpu", "--out", str(run_dir),
+         *doctor_args, "--", sys.executable, SCENARIO, *scenario_args],
+        env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == expect_rc, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    with open(os.path.join(run_dir, "findings.json")) as f:
+        return json.load(f), r.stdout
+
+
+def top(findings):
+    assert findings["findings"], f"no finding: {json.dumps(findings, indent=1)[:3000]}"
+    return findings["findings"][0]
+
+
+def lost_pct(findings, cause):
+    return sum(f["time_lost_pct"] for f in findings["findings"] if f["cause"] == cause)
+
+
+@pytest.fixture(scope="module")
+def real_photos(tmp_path_factory):
+    """150 ImageNet-like JPEGs (short side 300-500 px), packed: decoding is real work."""
+    import saturate
+
+    root = tmp_path_factory.mktemp("real_photos")
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "make-photo-dataset"),
+                    "--train", "150", "--val", "0", str(root / "folder")],
+                   check=True, capture_output=True, timeout=300)
+    out = str(root / "photos.sat")
+    saturate.pack(str(root / "folder" / "train"), out)
+    return out
+
+
+def test_one_loader_thread_is_an_input_pipeline_bottleneck(tmp_path, real_photos):
+    args = ["--source", "loader", "--data", real_photos, "--batch-size", "16"]
+    before, stdout = doctor(tmp_path / "slow", [*args, "--threads", "1"])
+    finding = top(before)
+    assert finding["cause"] == "input_pipeline", stdout
+    assert finding["fix_value"] and "threads" in finding["fix_value"], finding
+    threads = int(finding["fix_value"]["threads"])
+    assert threads > 1, finding
+    assert "input_pipeline" in stdout and "fix" in stdout
+    assert os.path.getsize(tmp_path / "slow" / "report.html") > 1000
+
+    after, _ = doctor(tmp_path / "fixed", [*args, "--threads", str(min(threads, os.cpu_count()))])
+    assert lost_pct(after, "input_pipeline") < lost_pct(before, "input_pipeline"), (before, after)
+
+
+def test_a_throttled_file_is_io_bound(tmp_path):
+    args = ["--workdir", str(tmp_path), "--batch-size", "8"]
+    before, stdout = doctor(tmp_path / "slow", [*args, "--source", "pipe", "--mbps", "0.5"])
+    assert top(before)["cause"] == "io_bound", stdout
+    # The fix: the same records from a local copy.
+    after, _ = doctor(tmp_path / "fixed", [*args, "--source", "file"])
+    assert lost_pct(after, "io_bound") < lost_pct(before, "io_bound") / 2, (before, after)
+
+
+def test_a_tiny_batch_leaves_the_device_underused(tmp_path):
+    args = ["--source", "memory", "--model", "mlp"]
+    before, stdout = doctor(tmp_path / "tiny", [*args, "--batch-size", "1"])
+    finding = top(before)
+    assert finding["cause"] == "parallelism", stdout
+    # No saturate.Loader here, so doctor knows the factor, not the batch size: 1 x factor.
+    batch = int(finding["fix_value"]["batch_size_factor"])
+    assert batch > 1, finding
+    after, _ = doctor(tmp_path / "larger", [*args, "--batch-size", str(batch)])
+    assert lost_pct(after, "parallelism") < lost_pct(before, "parallelism"), (before, after)
+
+
+def test_competing_load_is_cpu_contention(tmp_path, real_photos):
+    args = ["--source", "loader", "--data", real_photos, "--batch-size", "16", "--threads",
+            str(os.cpu_count())]
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(os.cpu_count())]
+    try:
+        before, stdout = doctor(tmp_path / "busy", args)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert top(before)["cause"] == "cpu_contention", stdout
+    after, _ = doctor(tmp_path / "quiet", args)
+    assert lost_pct(after, "cpu_contention") < lost_pct(before, "cpu_contention"), (before, after)
+
+
+def test_fail_on_gates_the_exit_code(tmp_path):
+    args = ["--workdir", str(tmp_path), "--source", "pipe", "--mbps", "0.5", "--seconds", "3"]
+    findings, stdout = doctor(tmp_path / "gated", args, "--fail-on", "io_bound>5%", expect_rc=1)
+    assert "gate failed: io_bound" in stdout
+    # The same run re-analysed with a gate it passes.
+    r = subprocess.run([sys.executable, "-m", "saturate", "report", str(tmp_path / "gated"),
+                        "--fail-on", "checkpoint_stall>50%"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert top(findings)["cause"] in r.stdout

@@ -1,0 +1,167 @@
+// Analysis: what doctor concludes from a Run. Features are measurements
+// (busy fractions, idle gaps, step-phase shares, CPU and memory headroom);
+// rules turn them into Findings, one rule per cause id of docs/diagnosis.md.
+// Everything here is a pure function of the Run and the options, so each
+// rule is tested on synthetic runs.
+//
+// Thread-safety: plain values and reentrant functions.
+#ifndef SATURATE_DOCTOR_ANALYSIS_H_
+#define SATURATE_DOCTOR_ANALYSIS_H_
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "doctor/run.h"
+
+namespace saturate::doctor {
+
+// One measured number behind a finding, e.g. {"data_wait_pct", 41.2, "%",
+// "share of step time spent waiting for the next batch"}.
+struct Evidence {
+  std::string key;
+  double value = 0;
+  std::string unit;  // "%", "s", "ms", "cores", "GiB", "MB/s", "" ...
+  std::string text;
+};
+
+struct Finding {
+  std::string cause;  // a cause id: input_pipeline, io_bound, cpu_contention, parallelism, ...
+  std::string title;  // one line: what is wrong
+  double time_lost_s = 0;
+  double time_lost_pct = 0;  // of the run's duration
+  std::vector<Evidence> evidence;
+  std::string fix;  // what to change, with the number where one can be computed
+  // The concrete setting, when there is one: {"threads", 6} or {"batch_size", 256}.
+  std::optional<std::pair<std::string, double>> fix_value;
+  double confidence = 0;  // 0..1
+  // Advice with no measured time lost (e.g. `monitoring`: add step marks).
+  // Not ranked and not subject to min_time_lost_pct; listed after the rest.
+  bool info = false;
+};
+
+// A histogram with explicit bucket upper edges (the last bucket is open).
+struct Histogram {
+  std::vector<double> upper_edges;  // ascending
+  std::vector<int64_t> counts;      // upper_edges.size() + 1 buckets
+};
+
+struct PhaseShare {
+  std::string name;  // "data_wait", "forward", ..., "other" (step time in no phase)
+  double total_s = 0;
+  double pct_of_steps = 0;  // share of the summed step time
+};
+
+// Measurements. Every optional is empty when the run lacks the source
+// (no GPU, no process tree, no spans, no step marks).
+struct Features {
+  double duration_s = 0;
+  int cpus = 0;
+  int gpu_count = 0;
+
+  // "Device busy": the GPUs' utilization when there are GPUs; otherwise the
+  // share of step time outside data_wait (the training process's compute).
+  std::optional<double> device_busy_pct;                        // mean
+  std::vector<std::pair<double, double>> device_busy_timeline;  // (t_s, busy %) for charts
+  Histogram idle_gaps_s;  // lengths of idle stretches (GPU < 10% busy, or data_wait spans)
+  std::optional<double> idle_period_s;  // the saw-tooth's period when idle gaps recur
+
+  // Steps (from step marks).
+  int64_t steps = 0;
+  std::optional<double> step_time_median_s;
+  std::vector<PhaseShare> phases;       // step-phase breakdown, largest first
+  std::optional<double> data_wait_pct;  // of step time
+  std::optional<double> copy_pct;       // of step time (phases named "copy"/"h2d")
+
+  // Host.
+  std::optional<double> host_cpu_busy_pct;   // mean, of all cores
+  std::optional<double> host_iowait_pct;     // mean
+  std::optional<double> tree_cpu_cores;      // mean cores the process tree used
+  std::optional<double> other_cpu_cores;     // mean cores used by everything else
+  std::optional<double> mem_headroom_pct;    // min MemAvailable / MemTotal over the run
+  std::optional<double> disk_read_mb_per_s;  // mean
+
+  // Checkpoints.
+  std::optional<double> checkpoint_s;  // summed checkpoint spans on the training thread
+  int64_t checkpoints = 0;             // how many of them
+
+  // ---- Added for the rules (docs/diagnosis.md) ----------------------------
+
+  // The training window: first to last step when there are step marks,
+  // else the whole run. Shares below are of this window unless said.
+  double active_s = 0;
+  std::optional<int> training_pid;  // the process with the most step marks
+  std::optional<int64_t> training_tid;
+  bool has_spans = false;  // user or loader spans on the training thread
+  std::optional<double> step_time_mean_s;
+  std::optional<double> data_wait_s;         // summed on the training thread, within steps
+  std::optional<double> compute_per_step_s;  // mean step time minus mean data wait
+  std::optional<double> copy_s;
+  std::optional<double> comm_s;
+  std::optional<double> comm_pct;  // of step time (phases "comm", "allreduce", ...)
+
+  // Idle gaps away from the run's start and end (start-up and tear-down
+  // are idle for other reasons).
+  double interior_idle_s = 0;
+  int64_t interior_idle_gaps = 0;
+
+  // GPUs, by index.
+  std::vector<double> gpu_busy_pct;  // mean utilization over the training window
+  std::vector<double> gpu_idle_pct;  // share of the run in long idle stretches: util < 5%
+                                     // for >= 5 s (or half the run)
+  std::optional<double> gpu_memory_used_max_pct;  // max over samples and GPUs
+  std::optional<double> throttled_pct;        // share of busy samples (util >= 10%) clock-limited
+                                              // by power or temperature
+  std::vector<std::string> throttle_reasons;  // the power/thermal reasons seen
+  std::optional<double> throttle_clock_loss_pct;  // mean SM clock deficit while throttled,
+                                                  // against the highest clock seen
+
+  // The training process's loader (its last counters record).
+  std::optional<int64_t> loader_batch_size;
+  std::optional<int64_t> loader_threads;
+  std::optional<int64_t> loader_prefetch;
+  std::optional<double> loader_cpu_ns_per_sample;   // (read + decode + transform) / samples
+  std::optional<double> loader_read_ns_per_sample;  // read alone
+  std::optional<double> loader_busy_cores;          // loader CPU time / its elapsed time
+  std::optional<double> samples_per_s;              // consumed by training
+
+  // Host extras.
+  std::optional<double> disk_read_peak_mb_per_s;
+  std::optional<double> tree_rss_max_bytes;
+  std::optional<double> mem_available_min_bytes;
+  std::optional<int> exit_code;  // the command's, from meta.json
+
+  // Model hints, from a user "model" counter ({"precision_bits": 32}).
+  std::optional<int64_t> precision_bits;
+
+  nlohmann::json ToJson() const;
+};
+
+// Thresholds a team may change (docs/diagnosis.md explains each).
+struct AnalysisOptions {
+  double min_time_lost_pct = 2.0;  // findings below this are not reported
+  // Mean time between failures assumed for Young's checkpoint interval.
+  double assumed_mtbf_s = 24 * 3600.0;
+};
+
+struct Analysis {
+  Features features;
+  std::vector<Finding> findings;  // ranked by time_lost_s, largest first; info ones last
+  double min_time_lost_pct = AnalysisOptions{}.min_time_lost_pct;  // where findings were cut
+};
+
+Features ComputeFeatures(const Run& run);
+std::vector<Finding> Diagnose(const Run& run, const Features& features,
+                              const AnalysisOptions& options = {});
+Analysis Analyze(const Run& run, const AnalysisOptions& options = {});
+
+// findings.json: {"run": dir, "duration_s", "features": {...}, "findings": [{"cause",
+// "title", "time_lost_s", "time_lost_pct", "evidence": [{key, value, unit, text}],
+// "fix", "fix_value": {name: value}, "confidence"}]}.
+nlohmann::json AnalysisJson(const Run& run, const Analysis& analysis);
+
+}  // namespace saturate::doctor
+
+#endif  // SATURATE_DOCTOR_ANALYSIS_H_

@@ -1,0 +1,722 @@
+// ComputeFeatures: the measurements the rules read, from a Run. Three
+// sources, each optional: the metric samples (GPUs, host, process tree), the
+// spans and step marks of the training thread, and the loader's counters.
+// docs/diagnosis.md defines each feature.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <set>
+#include <string_view>
+#include <tuple>
+
+#include "doctor/analysis.h"
+
+namespace saturate::doctor {
+namespace {
+
+constexpr double kNsPerS = 1e9;
+// Below this a GPU counts as idle: the gaps of the saw-tooth.
+constexpr double kIdleUtilPct = 10;
+// Below this a GPU counts as unused (idle allocation) ...
+constexpr double kUnusedUtilPct = 5;
+// ... for stretches at least this long (or half the run): shorter ones are
+// the saw-tooth of a starved GPU, which the data rules explain.
+constexpr int64_t kLongIdleNs = 5'000'000'000;
+// A data_wait shorter than this is the normal hand-over of a ready batch,
+// not a gap.
+constexpr int64_t kMinWaitGapNs = 1'000'000;
+// At most this many points in a chart timeline.
+constexpr size_t kMaxTimelinePoints = 1000;
+
+const std::set<std::string_view> kCopyPhases = {"copy", "h2d", "to_device", "host_to_device",
+                                                "transfer"};
+const std::set<std::string_view> kCommPhases = {"comm",          "allreduce", "all_reduce",
+                                                "communication", "reduce",    "sync_grads"};
+const std::set<std::string_view> kThrottleReasons = {"sw_power_cap", "hw_slowdown", "sw_thermal",
+                                                     "hw_thermal", "hw_power_brake"};
+
+double Seconds(int64_t ns) { return double(ns) / kNsPerS; }
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// A stretch of one thread's time attributed to one span name.
+struct Segment {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  std::string name;
+};
+
+struct Interval {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+};
+
+// Self time: each instant goes to the innermost span covering it (the one
+// that started last), as a profiler's "self" column does. So a user "data"
+// phase that wraps the loader's data_wait is split into data_wait and the
+// rest of "data", and nested phases never count twice.
+std::vector<Segment> SelfTime(const std::vector<const Span*>& spans) {
+  struct Event {
+    int64_t t_ns;
+    bool start;
+    size_t index;
+  };
+  std::vector<Event> events;
+  events.reserve(spans.size() * 2);
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i]->dur_ns <= 0) continue;
+    events.push_back({spans[i]->start_ns, true, i});
+    events.push_back({spans[i]->start_ns + spans[i]->dur_ns, false, i});
+  }
+  std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+    return std::tie(a.t_ns, a.start) < std::tie(b.t_ns, b.start);  // ends first
+  });
+  // Ordered so that the innermost active span is the last: latest start,
+  // then earliest end.
+  std::set<std::tuple<int64_t, int64_t, size_t>> active;
+  auto key = [&](size_t i) {
+    return std::make_tuple(spans[i]->start_ns, -(spans[i]->start_ns + spans[i]->dur_ns), i);
+  };
+  std::vector<Segment> segments;
+  int64_t prev_ns = 0;
+  for (const Event& e : events) {
+    if (!active.empty() && e.t_ns > prev_ns) {
+      const std::string& name = spans[std::get<2>(*active.rbegin())]->name;
+      if (!segments.empty() && segments.back().end_ns == prev_ns && segments.back().name == name) {
+        segments.back().end_ns = e.t_ns;
+      } else {
+        segments.push_back({prev_ns, e.t_ns, name});
+      }
+    }
+    if (e.start) {
+      active.insert(key(e.index));
+    } else {
+      active.erase(key(e.index));
+    }
+    prev_ns = e.t_ns;
+  }
+  return segments;
+}
+
+int64_t Overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+  return std::max<int64_t>(0, std::min(a1, b1) - std::max(a0, b0));
+}
+
+// Adds the part of [start, end) in each bin of width `bin_ns` to `bins`.
+void AddToBins(int64_t start_ns, int64_t end_ns, int64_t bin_ns, std::vector<double>* bins) {
+  if (end_ns <= start_ns || bins->empty()) return;
+  const int64_t last = int64_t(bins->size()) - 1;
+  for (int64_t b = std::clamp<int64_t>(start_ns / bin_ns, 0, last); b <= last; ++b) {
+    if (b * bin_ns >= end_ns) break;
+    (*bins)[b] += double(Overlap(start_ns, end_ns, b * bin_ns, (b + 1) * bin_ns));
+  }
+}
+
+Histogram GapHistogram(const std::vector<double>& gaps_s) {
+  Histogram h;
+  h.upper_edges = {0.01, 0.05, 0.1, 0.5, 1, 2, 5};
+  h.counts.assign(h.upper_edges.size() + 1, 0);
+  for (double g : gaps_s) {
+    auto it = std::lower_bound(h.upper_edges.begin(), h.upper_edges.end(), g);
+    ++h.counts[it - h.upper_edges.begin()];
+  }
+  return h;
+}
+
+// The saw-tooth's period: idle gaps that start at a steady interval
+// (coefficient of variation of the intervals < 0.3, at least 4 gaps).
+std::optional<double> Period(const std::vector<double>& gap_starts_s) {
+  if (gap_starts_s.size() < 4) return std::nullopt;
+  std::vector<double> intervals;
+  for (size_t i = 1; i < gap_starts_s.size(); ++i) {
+    intervals.push_back(gap_starts_s[i] - gap_starts_s[i - 1]);
+  }
+  const double mean = std::accumulate(intervals.begin(), intervals.end(), 0.0) / intervals.size();
+  if (mean <= 0) return std::nullopt;
+  double var = 0;
+  for (double x : intervals) var += (x - mean) * (x - mean);
+  const double cv = std::sqrt(var / intervals.size()) / mean;
+  if (cv >= 0.3) return std::nullopt;
+  return Median(intervals);
+}
+
+// Averages consecutive points so a chart gets at most kMaxTimelinePoints.
+std::vector<std::pair<double, double>> Downsample(std::vector<std::pair<double, double>> points) {
+  if (points.size() <= kMaxTimelinePoints) return points;
+  const size_t per = (points.size() + kMaxTimelinePoints - 1) / kMaxTimelinePoints;
+  std::vector<std::pair<double, double>> out;
+  for (size_t i = 0; i < points.size(); i += per) {
+    const size_t end = std::min(points.size(), i + per);
+    double t = 0, v = 0;
+    for (size_t k = i; k < end; ++k) {
+      t += points[k].first;
+      v += points[k].second;
+    }
+    out.emplace_back(t / double(end - i), v / double(end - i));
+  }
+  return out;
+}
+
+// ---- The training thread and its steps ---------------------------------------
+
+struct Training {
+  std::optional<int> pid;
+  std::optional<int64_t> tid;
+  std::vector<Interval> steps;  // consecutive, ascending
+  bool pseudo_step = false;     // no marks: the thread's span range stands in
+  Interval window;
+};
+
+bool CountsForTraining(const Span& s) { return s.kind == SpanKind::kUser || s.name == "data_wait"; }
+
+// The process with the most step marks trains; within it, the thread with the
+// most user and data_wait time runs the steps (marks carry no thread in
+// Run). Without marks, the thread with the most such time overall.
+Training FindTraining(const Run& run) {
+  Training t;
+  size_t most_marks = 0;
+  for (const auto& [pid, marks] : run.step_marks_ns) {
+    if (marks.size() > most_marks) {
+      most_marks = marks.size();
+      t.pid = pid;
+    }
+  }
+  std::map<std::pair<int, int64_t>, int64_t> busy_ns;
+  for (const Span& s : run.spans) {
+    if (CountsForTraining(s) && (!t.pid || s.pid == *t.pid)) busy_ns[{s.pid, s.tid}] += s.dur_ns;
+  }
+  int64_t best = -1;
+  for (const auto& [thread, ns] : busy_ns) {
+    if (ns > best) {
+      best = ns;
+      t.pid = thread.first;
+      t.tid = thread.second;
+    }
+  }
+  if (most_marks >= 2) {
+    // The first mark only opens the window: the first step has no known
+    // start, and it carries the warm-up (compilation, autotuning) anyway.
+    const std::vector<int64_t>& marks = run.step_marks_ns.at(*t.pid);
+    for (size_t i = 1; i < marks.size(); ++i) {
+      if (marks[i] > marks[i - 1]) t.steps.push_back({marks[i - 1], marks[i]});
+    }
+  } else if (t.tid) {
+    Interval range{INT64_MAX, INT64_MIN};
+    for (const Span& s : run.spans) {
+      if (s.pid != *t.pid || s.tid != *t.tid || !CountsForTraining(s)) continue;
+      range.start_ns = std::min(range.start_ns, s.start_ns);
+      range.end_ns = std::max(range.end_ns, s.start_ns + s.dur_ns);
+    }
+    if (range.end_ns > range.start_ns) {
+      t.steps.push_back(range);
+      t.pseudo_step = true;
+    }
+  }
+  t.window = t.steps.empty() ? Interval{0, run.meta.duration_ns}
+                             : Interval{t.steps.front().start_ns, t.steps.back().end_ns};
+  return t;
+}
+
+std::vector<const Span*> ThreadSpans(const Run& run, const Training& t) {
+  std::vector<const Span*> spans;
+  if (!t.tid) return spans;
+  for (const Span& s : run.spans) {
+    if (s.pid == *t.pid && s.tid == *t.tid && s.name != "load_batch") spans.push_back(&s);
+  }
+  return spans;
+}
+
+// Step phases, data wait, copy and communication time, and (without GPUs)
+// device busy as the share of step time outside data wait.
+void StepFeatures(const Run& run, const Training& t, Features* f) {
+  f->training_pid = t.pid;
+  f->training_tid = t.tid;
+  if (!t.pseudo_step) f->steps = int64_t(t.steps.size());
+  if (t.steps.empty()) return;
+  f->active_s = Seconds(t.window.end_ns - t.window.start_ns);
+
+  int64_t step_total_ns = 0;
+  std::vector<double> step_s;
+  for (const Interval& s : t.steps) {
+    step_total_ns += s.end_ns - s.start_ns;
+    step_s.push_back(Seconds(s.end_ns - s.start_ns));
+  }
+  if (!t.pseudo_step) {
+    f->step_time_median_s = Median(step_s);
+    f->step_time_mean_s = Seconds(step_total_ns) / double(t.steps.size());
+  }
+
+  const std::vector<const Span*> spans = ThreadSpans(run, t);
+  f->has_spans = !spans.empty();
+  if (!f->has_spans) return;
+  // The loader's own measure wins over a user phase around it (no double count).
+  const bool loader_wait =
+      std::any_of(spans.begin(), spans.end(), [](const Span* s) { return s->name == "data_wait"; });
+  auto is_wait = [&](const std::string& name) {
+    return loader_wait ? name == "data_wait" : (name == "data" || name == "data_wait");
+  };
+
+  const std::vector<Segment> segments = SelfTime(spans);
+  std::map<std::string, int64_t> phase_ns;
+  int64_t wait_ns = 0;
+  // Windows for the CPU-run device-busy timeline: 1 s, wider for long runs.
+  const int64_t window_len = t.window.end_ns - t.window.start_ns;
+  const int64_t bin_ns = std::max<int64_t>(
+      1'000'000'000, (window_len + int64_t(kMaxTimelinePoints) - 1) / int64_t(kMaxTimelinePoints));
+  const size_t bins = size_t((window_len + bin_ns - 1) / bin_ns);
+  std::vector<double> covered_ns(bins, 0), waited_ns(bins, 0);
+  std::vector<double> gaps_s, gap_starts_s;
+
+  size_t k = 0;
+  for (const Interval& step : t.steps) {
+    AddToBins(step.start_ns - t.window.start_ns, step.end_ns - t.window.start_ns, bin_ns,
+              &covered_ns);
+    while (k < segments.size() && segments[k].end_ns <= step.start_ns) ++k;
+    for (size_t i = k; i < segments.size() && segments[i].start_ns < step.end_ns; ++i) {
+      const Segment& seg = segments[i];
+      const int64_t ns = Overlap(seg.start_ns, seg.end_ns, step.start_ns, step.end_ns);
+      phase_ns[seg.name] += ns;
+      if (!is_wait(seg.name)) continue;
+      wait_ns += ns;
+      const int64_t s0 = std::max(seg.start_ns, step.start_ns);
+      AddToBins(s0 - t.window.start_ns, s0 + ns - t.window.start_ns, bin_ns, &waited_ns);
+    }
+  }
+  // Idle gaps of a CPU run: the data waits themselves.
+  for (const Segment& seg : segments) {
+    if (!is_wait(seg.name) || seg.end_ns - seg.start_ns < kMinWaitGapNs) continue;
+    gaps_s.push_back(Seconds(seg.end_ns - seg.start_ns));
+    gap_starts_s.push_back(Seconds(seg.start_ns));
+  }
+
+  int64_t named_ns = 0, copy_ns = 0, comm_ns = 0;
+  for (const auto& [name, ns] : phase_ns) {
+    named_ns += ns;
+    f->phases.push_back({name, Seconds(ns), 100.0 * double(ns) / double(step_total_ns)});
+    const std::string lower = Lower(name);
+    if (kCopyPhases.contains(lower)) copy_ns += ns;
+    if (kCommPhases.contains(lower)) comm_ns += ns;
+  }
+  if (step_total_ns > named_ns) {
+    const int64_t other = step_total_ns - named_ns;
+    f->phases.push_back({"other", Seconds(other), 100.0 * double(other) / double(step_total_ns)});
+  }
+  std::sort(f->phases.begin(), f->phases.end(),
+            [](const PhaseShare& a, const PhaseShare& b) { return a.total_s > b.total_s; });
+
+  // Without a data phase the wait is unknown, not zero.
+  const bool wait_measured =
+      std::any_of(spans.begin(), spans.end(), [&](const Span* s) { return is_wait(s->name); });
+  if (wait_measured) {
+    f->data_wait_s = Seconds(wait_ns);
+    f->data_wait_pct = 100.0 * double(wait_ns) / double(step_total_ns);
+  }
+  f->copy_s = Seconds(copy_ns);
+  f->copy_pct = 100.0 * double(copy_ns) / double(step_total_ns);
+  f->comm_s = Seconds(comm_ns);
+  f->comm_pct = 100.0 * double(comm_ns) / double(step_total_ns);
+  if (!t.pseudo_step) {
+    f->compute_per_step_s = Seconds(step_total_ns - wait_ns) / double(t.steps.size());
+  }
+
+  if (f->gpu_count == 0 && wait_measured) {
+    f->device_busy_pct = 100.0 - *f->data_wait_pct;
+    for (size_t b = 0; b < bins; ++b) {
+      if (covered_ns[b] <= 0) continue;
+      const double t_s = Seconds(t.window.start_ns + int64_t(b) * bin_ns) + Seconds(bin_ns) / 2;
+      f->device_busy_timeline.emplace_back(t_s, 100.0 * (1.0 - waited_ns[b] / covered_ns[b]));
+    }
+    f->idle_gaps_s = GapHistogram(gaps_s);
+    f->idle_period_s = Period(gap_starts_s);
+    f->interior_idle_s = std::accumulate(gaps_s.begin(), gaps_s.end(), 0.0);
+    f->interior_idle_gaps = int64_t(gaps_s.size());
+  }
+}
+
+// Checkpoint spans that stall training: those on the training thread (an
+// asynchronous writer's spans on its own thread cost the steps nothing).
+void CheckpointFeatures(const Run& run, const Training& t, Features* f) {
+  if (!t.tid) return;
+  std::vector<Interval> spans;
+  for (const Span& s : run.spans) {
+    if (s.pid != *t.pid || s.tid != *t.tid) continue;
+    if (s.kind == SpanKind::kCheckpoint || Lower(s.name) == "checkpoint") {
+      spans.push_back({s.start_ns, s.start_ns + s.dur_ns});
+    }
+  }
+  if (spans.empty()) return;
+  // Union, so a checkpoint span nested in another counts once.
+  int64_t total_ns = 0, end_ns = INT64_MIN;
+  for (const Interval& s : spans) {  // already by start (Run.spans is sorted)
+    if (s.start_ns >= end_ns) {
+      ++f->checkpoints;
+      total_ns += s.end_ns - s.start_ns;
+      end_ns = s.end_ns;
+    } else if (s.end_ns > end_ns) {
+      total_ns += s.end_ns - end_ns;
+      end_ns = s.end_ns;
+    }
+  }
+  f->checkpoint_s = Seconds(total_ns);
+}
+
+// ---- Samples -------------------------------------------------------------------
+
+bool InWindow(const SamplePoint& s, const Interval& w) {
+  return s.t_ns >= w.start_ns && s.t_ns <= w.end_ns;
+}
+
+// The samples the means are taken over: the training window when it holds
+// any, else all (a run with one step mark, or marks on another clock).
+std::vector<const SamplePoint*> WindowSamples(const Run& run, const Interval& w) {
+  std::vector<const SamplePoint*> out;
+  for (const SamplePoint& s : run.samples) {
+    if (InWindow(s, w)) out.push_back(&s);
+  }
+  if (out.empty()) {
+    for (const SamplePoint& s : run.samples) out.push_back(&s);
+  }
+  return out;
+}
+
+void HostFeatures(const Run& run, const Training& t, Features* f) {
+  const std::vector<const SamplePoint*> samples = WindowSamples(run, t.window);
+  if (samples.empty()) return;
+  double busy = 0, iowait = 0, disk = 0, disk_peak = 0, tree = 0, other = 0;
+  int tree_n = 0;
+  for (const SamplePoint* s : samples) {
+    busy += s->cpu_busy_pct;
+    iowait += s->cpu_iowait_pct;
+    disk += s->disk_read_bytes_per_s;
+    disk_peak = std::max(disk_peak, s->disk_read_bytes_per_s);
+    if (!s->tree_cpu_pct) continue;
+    const double tree_cores = *s->tree_cpu_pct / 100.0;
+    tree += tree_cores;
+    other += std::max(0.0, s->cpu_busy_pct * f->cpus / 100.0 - tree_cores);
+    ++tree_n;
+  }
+  const double n = double(samples.size());
+  f->host_cpu_busy_pct = busy / n;
+  f->host_iowait_pct = iowait / n;
+  f->disk_read_mb_per_s = disk / n / 1e6;
+  f->disk_read_peak_mb_per_s = disk_peak / 1e6;
+  if (tree_n > 0) {
+    f->tree_cpu_cores = tree / tree_n;
+    if (f->cpus > 0) f->other_cpu_cores = other / tree_n;
+  }
+  // Headroom and peak RSS over the whole run: a spike at start-up counts.
+  std::optional<double> headroom, rss, available;
+  for (const SamplePoint& s : run.samples) {
+    if (s.mem_total_bytes > 0) {
+      const double pct = 100.0 * double(s.mem_available_bytes) / double(s.mem_total_bytes);
+      headroom = std::min(headroom.value_or(pct), pct);
+      available = std::min(available.value_or(1e300), double(s.mem_available_bytes));
+    }
+    if (s.tree_rss_bytes) rss = std::max(rss.value_or(0), double(*s.tree_rss_bytes));
+  }
+  f->mem_headroom_pct = headroom;
+  f->tree_rss_max_bytes = rss;
+  f->mem_available_min_bytes = available;
+}
+
+// Per-sample mean utilization over the GPUs with `use[index]` set.
+std::vector<std::pair<int64_t, double>> MeanGpuUtil(const Run& run, const std::vector<bool>& use) {
+  std::vector<std::pair<int64_t, double>> out;
+  for (const SamplePoint& s : run.samples) {
+    double sum = 0;
+    int n = 0;
+    for (const GpuPoint& g : s.gpus) {
+      if (g.lost || !g.util_pct || g.index < 0 || size_t(g.index) >= use.size()) continue;
+      if (!use[g.index]) continue;
+      sum += *g.util_pct;
+      ++n;
+    }
+    if (n > 0) out.emplace_back(s.t_ns, sum / n);
+  }
+  return out;
+}
+
+void GpuFeatures(const Run& run, const Training& t, Features* f) {
+  int gpus = f->gpu_count;
+  for (const SamplePoint& s : run.samples) {
+    for (const GpuPoint& g : s.gpus) gpus = std::max(gpus, g.index + 1);
+  }
+  f->gpu_count = gpus;
+  if (gpus == 0) return;
+
+  std::vector<double> busy_sum(gpus, 0), max_clock(gpus, 0);
+  std::vector<int64_t> busy_n(gpus, 0), idle_since_ns(gpus, -1), long_idle_ns(gpus, 0);
+  const int64_t long_idle_ns_min = std::min(kLongIdleNs, run.meta.duration_ns / 2);
+  auto end_idle = [&](int g, int64_t t_ns) {
+    if (idle_since_ns[g] < 0) return;
+    const int64_t len = t_ns - idle_since_ns[g];
+    if (len >= long_idle_ns_min) long_idle_ns[g] += len;
+    idle_since_ns[g] = -1;
+  };
+  int64_t busy_samples = 0, throttled = 0;
+  std::set<std::string> reasons;
+  for (const SamplePoint& s : run.samples) {
+    for (const GpuPoint& g : s.gpus) {
+      if (g.lost || g.index < 0 || g.index >= gpus) continue;
+      if (g.sm_clock_mhz) max_clock[g.index] = std::max(max_clock[g.index], *g.sm_clock_mhz);
+      const uint64_t total =
+          g.memory_total_bytes.value_or(size_t(g.index) < run.meta.gpu_memory_total_bytes.size()
+                                            ? run.meta.gpu_memory_total_bytes[g.index]
+                                            : 0);
+      if (g.memory_used_bytes && total > 0) {
+        const double pct = 100.0 * double(*g.memory_used_bytes) / double(total);
+        f->gpu_memory_used_max_pct = std::max(f->gpu_memory_used_max_pct.value_or(0), pct);
+      }
+      if (!g.util_pct) continue;
+      if (*g.util_pct >= kUnusedUtilPct) {
+        end_idle(g.index, s.t_ns);
+      } else if (idle_since_ns[g.index] < 0) {
+        idle_since_ns[g.index] = s.t_ns;
+      }
+      if (InWindow(s, t.window)) {
+        busy_sum[g.index] += *g.util_pct;
+        ++busy_n[g.index];
+      }
+    }
+  }
+  if (!run.samples.empty()) {
+    const int64_t end_ns = run.samples.back().t_ns + std::max<int64_t>(run.meta.interval_ns, 0);
+    for (int g = 0; g < gpus; ++g) end_idle(g, end_ns);
+  }
+  // Throttling needs the highest clock first, hence a second pass.
+  double clock_loss = 0;
+  int64_t clock_n = 0;
+  for (const SamplePoint& s : run.samples) {
+    for (const GpuPoint& g : s.gpus) {
+      if (g.lost || !g.util_pct || *g.util_pct < kIdleUtilPct || g.index < 0 || g.index >= gpus)
+        continue;
+      ++busy_samples;
+      bool limited = false;
+      for (const std::string& r : g.clocks_event_reasons) {
+        if (kThrottleReasons.contains(r)) {
+          limited = true;
+          reasons.insert(r);
+        }
+      }
+      if (!limited) continue;
+      ++throttled;
+      if (g.sm_clock_mhz && max_clock[g.index] > 0) {
+        clock_loss += 100.0 * (1.0 - *g.sm_clock_mhz / max_clock[g.index]);
+        ++clock_n;
+      }
+    }
+  }
+  for (int i = 0; i < gpus; ++i) {
+    f->gpu_busy_pct.push_back(busy_n[i] ? busy_sum[i] / double(busy_n[i]) : 0);
+    f->gpu_idle_pct.push_back(
+        run.meta.duration_ns > 0
+            ? std::min(100.0, 100.0 * double(long_idle_ns[i]) / double(run.meta.duration_ns))
+            : 0);
+  }
+  if (busy_samples > 0) {
+    f->throttled_pct = 100.0 * double(throttled) / double(busy_samples);
+    f->throttle_reasons.assign(reasons.begin(), reasons.end());
+    if (clock_n > 0) f->throttle_clock_loss_pct = clock_loss / double(clock_n);
+  }
+
+  // Device busy and its chart: the mean over all GPUs, so GPUs held idle
+  // pull it down.
+  double all_sum = 0;
+  int64_t all_count = 0;
+  for (int i = 0; i < gpus; ++i) {
+    all_sum += busy_sum[i];
+    all_count += busy_n[i];
+  }
+  if (all_count > 0) f->device_busy_pct = all_sum / double(all_count);
+  std::vector<std::pair<double, double>> timeline;
+  for (const auto& [t_ns, pct] : MeanGpuUtil(run, std::vector<bool>(gpus, true))) {
+    timeline.emplace_back(Seconds(t_ns), pct);
+  }
+  f->device_busy_timeline = Downsample(std::move(timeline));
+
+  // Idle gaps are read from the GPUs in use: one held idle all along (its
+  // own finding) would hide the saw-tooth of the one that trains.
+  std::vector<bool> used(gpus);
+  bool any_used = false;
+  for (int i = 0; i < gpus; ++i) any_used |= (used[i] = f->gpu_idle_pct[i] < 50);
+  if (!any_used) used.assign(gpus, true);
+  const std::vector<std::pair<int64_t, double>> util = MeanGpuUtil(run, used);
+  if (util.empty()) return;
+
+  // Idle gaps: stretches below kIdleUtilPct; a gap lasts from its first idle
+  // sample to the next busy one.
+  std::vector<double> gaps_s, interior_starts_s;
+  for (size_t i = 0; i < util.size();) {
+    if (util[i].second >= kIdleUtilPct) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < util.size() && util[j].second < kIdleUtilPct) ++j;
+    const int64_t end_ns = j < util.size()
+                               ? util[j].first
+                               : util.back().first + std::max<int64_t>(run.meta.interval_ns, 0);
+    const double gap_s = Seconds(end_ns - util[i].first);
+    gaps_s.push_back(gap_s);
+    if (i > 0 && j < util.size()) {
+      f->interior_idle_s += gap_s;
+      ++f->interior_idle_gaps;
+      interior_starts_s.push_back(Seconds(util[i].first));
+    }
+    i = j;
+  }
+  f->idle_gaps_s = GapHistogram(gaps_s);
+  f->idle_period_s = Period(interior_starts_s);
+}
+
+// The training process's loader, else the busiest one.
+void LoaderFeatures(const Run& run, const Training& t, Features* f) {
+  const LoaderCounters* loader = nullptr;
+  for (const LoaderCounters& l : run.loaders) {
+    if (t.pid && l.pid == *t.pid) loader = &l;
+  }
+  for (const LoaderCounters& l : run.loaders) {
+    if (loader) break;
+    loader = &l;
+  }
+  if (!loader) return;
+  auto get = [&](const char* key) -> std::optional<int64_t> {
+    auto it = loader->values.find(key);
+    return it == loader->values.end() ? std::nullopt : std::optional<int64_t>(it->second);
+  };
+  f->loader_batch_size = get("batch_size");
+  f->loader_threads = get("threads");
+  f->loader_prefetch = get("prefetch");
+  const int64_t samples = get("samples").value_or(0);
+  const int64_t read = get("read_ns").value_or(0);
+  const int64_t cpu = read + get("decode_ns").value_or(0) + get("transform_ns").value_or(0);
+  if (samples > 0) {
+    f->loader_cpu_ns_per_sample = double(cpu) / double(samples);
+    f->loader_read_ns_per_sample = double(read) / double(samples);
+  }
+  // The loader's lifetime: from its first span (else the watch's start) to
+  // its last counters record.
+  int64_t start_ns = 0;
+  for (const Span& s : run.spans) {
+    if (s.pid == loader->pid && s.kind == SpanKind::kLoader) {
+      start_ns = s.start_ns;
+      break;
+    }
+  }
+  const int64_t elapsed_ns = loader->t_ns - start_ns;
+  if (elapsed_ns > 0) {
+    f->loader_busy_cores = double(cpu) / double(elapsed_ns);
+    f->samples_per_s = double(samples) / Seconds(elapsed_ns);
+  }
+}
+
+void ModelFeatures(const Run& run, Features* f) {
+  auto it = run.counters.find("model");
+  if (it == run.counters.end()) return;
+  if (auto p = it->second.find("precision_bits"); p != it->second.end()) {
+    f->precision_bits = p->second;
+  }
+}
+
+template <typename T>
+void Put(nlohmann::json& j, const char* key, const std::optional<T>& v) {
+  j[key] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+Features ComputeFeatures(const Run& run) {
+  Features f;
+  f.duration_s = Seconds(run.meta.duration_ns);
+  f.cpus = run.meta.cpus;
+  f.gpu_count = run.meta.gpu_count;
+  f.exit_code = run.meta.exit_code;
+  f.idle_gaps_s = GapHistogram({});  // the same buckets whether or not there are gaps
+  const Training training = FindTraining(run);
+  f.active_s = f.duration_s;
+  GpuFeatures(run, training, &f);
+  StepFeatures(run, training, &f);
+  CheckpointFeatures(run, training, &f);
+  HostFeatures(run, training, &f);
+  LoaderFeatures(run, training, &f);
+  ModelFeatures(run, &f);
+  return f;
+}
+
+nlohmann::json Features::ToJson() const {
+  using json = nlohmann::json;
+  json phases_json = json::array();
+  for (const PhaseShare& p : phases) {
+    phases_json.push_back(
+        {{"name", p.name}, {"total_s", p.total_s}, {"pct_of_steps", p.pct_of_steps}});
+  }
+  json timeline = json::array();
+  for (const auto& [t_s, pct] : device_busy_timeline) timeline.push_back({t_s, pct});
+  json j = {
+      {"duration_s", duration_s},
+      {"cpus", cpus},
+      {"gpu_count", gpu_count},
+      {"active_s", active_s},
+      {"device_busy_timeline", std::move(timeline)},
+      {"idle_gaps_s", {{"upper_edges", idle_gaps_s.upper_edges}, {"counts", idle_gaps_s.counts}}},
+      {"interior_idle_s", interior_idle_s},
+      {"interior_idle_gaps", interior_idle_gaps},
+      {"steps", steps},
+      {"phases", std::move(phases_json)},
+      {"has_spans", has_spans},
+      {"checkpoints", checkpoints},
+      {"gpu_busy_pct", gpu_busy_pct},
+      {"gpu_idle_pct", gpu_idle_pct},
+      {"throttle_reasons", throttle_reasons}};
+  Put(j, "device_busy_pct", device_busy_pct);
+  Put(j, "idle_period_s", idle_period_s);
+  Put(j, "training_pid", training_pid);
+  Put(j, "training_tid", training_tid);
+  Put(j, "step_time_median_s", step_time_median_s);
+  Put(j, "step_time_mean_s", step_time_mean_s);
+  Put(j, "data_wait_s", data_wait_s);
+  Put(j, "data_wait_pct", data_wait_pct);
+  Put(j, "compute_per_step_s", compute_per_step_s);
+  Put(j, "copy_s", copy_s);
+  Put(j, "copy_pct", copy_pct);
+  Put(j, "comm_s", comm_s);
+  Put(j, "comm_pct", comm_pct);
+  Put(j, "host_cpu_busy_pct", host_cpu_busy_pct);
+  Put(j, "host_iowait_pct", host_iowait_pct);
+  Put(j, "tree_cpu_cores", tree_cpu_cores);
+  Put(j, "other_cpu_cores", other_cpu_cores);
+  Put(j, "mem_headroom_pct", mem_headroom_pct);
+  Put(j, "disk_read_mb_per_s", disk_read_mb_per_s);
+  Put(j, "disk_read_peak_mb_per_s", disk_read_peak_mb_per_s);
+  Put(j, "tree_rss_max_bytes", tree_rss_max_bytes);
+  Put(j, "mem_available_min_bytes", mem_available_min_bytes);
+  Put(j, "exit_code", exit_code);
+  Put(j, "checkpoint_s", checkpoint_s);
+  Put(j, "gpu_memory_used_max_pct", gpu_memory_used_max_pct);
+  Put(j, "throttled_pct", throttled_pct);
+  Put(j, "throttle_clock_loss_pct", throttle_clock_loss_pct);
+  Put(j, "loader_batch_size", loader_batch_size);
+  Put(j, "loader_threads", loader_threads);
+  Put(j, "loader_prefetch", loader_prefetch);
+  Put(j, "loader_cpu_ns_per_sample", loader_cpu_ns_per_sample);
+  Put(j, "loader_read_ns_per_sample", loader_read_ns_per_sample);
+  Put(j, "loader_busy_cores", loader_busy_cores);
+  Put(j, "samples_per_s", samples_per_s);
+  Put(j, "precision_bits", precision_bits);
+  return j;
+}
+
+}  // namespace saturate::doctor

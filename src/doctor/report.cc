@@ -1,0 +1,867 @@
+#include "doctor/report.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace saturate::doctor {
+namespace {
+
+// ---- numbers and words -------------------------------------------------------
+
+std::string Format(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+// "850 µs", "130 ms", "62.3 s", "4 min 05 s", "2 h 03 min".
+std::string Seconds(double s) {
+  if (s < 0.001 && s > 0) return Format("%.0f µs", s * 1e6);
+  if (s < 0.01 && s > 0) return Format("%.1f ms", s * 1e3);
+  if (s < 1) return Format("%.0f ms", s * 1e3);
+  if (s < 100) return Format("%.1f s", s);
+  const int64_t whole = std::llround(s);
+  if (whole < 3600) {
+    return Format("%.0f min ", double(whole / 60)) + Format("%02.0f s", double(whole % 60));
+  }
+  return Format("%.0f h ", double(whole / 3600)) + Format("%02.0f min", double(whole % 3600 / 60));
+}
+
+std::string Percent(double pct) { return Format("%.1f%%", pct); }
+
+// A measured number with its unit: "52.0%", "2.1 ms", "2800 samples/s", "6 cores".
+std::string ValueWithUnit(double v, const std::string& unit) {
+  if (unit == "%") return Percent(v);
+  const double a = std::fabs(v);
+  const char* fmt = a == std::floor(a) || a >= 100 ? "%.0f" : a >= 10 ? "%.1f" : "%.2f";
+  std::string text = Format(fmt, v);
+  return unit.empty() ? text : text + " " + unit;
+}
+
+// The command as a shell would need it typed (arguments with spaces or quotes quoted).
+std::string CommandLine(const std::vector<std::string>& argv) {
+  std::string line;
+  for (const std::string& arg : argv) {
+    if (!line.empty()) line += ' ';
+    const bool plain =
+        !arg.empty() && arg.find_first_of(" \t\n'\"\\$`&|;<>()*?!#~") == std::string::npos;
+    if (plain) {
+      line += arg;
+      continue;
+    }
+    line += '\'';
+    for (char c : arg) line += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    line += '\'';
+  }
+  return line;
+}
+
+double DurationS(const Run& run, const Analysis& analysis) {
+  return analysis.features.duration_s > 0 ? analysis.features.duration_s
+                                          : double(run.meta.duration_ns) / 1e9;
+}
+
+std::string GpuWords(const Run& run) {
+  const int n = run.meta.gpu_count;
+  if (n == 0) return "no GPU: device = the training process";
+  return std::to_string(n) + (n == 1 ? " GPU" : " GPUs");
+}
+
+// The measurements a reader wants first, as short phrases.
+std::vector<std::string> HeadlineNumbers(const Features& f) {
+  std::vector<std::string> parts;
+  if (f.device_busy_pct) parts.push_back(Format("device busy %.0f%%", *f.device_busy_pct));
+  if (f.data_wait_pct) parts.push_back(Format("data wait %.0f%% of step time", *f.data_wait_pct));
+  if (f.steps > 0) {
+    std::string steps = std::to_string(f.steps) + (f.steps == 1 ? " step" : " steps");
+    if (f.step_time_median_s) steps += ", median " + Seconds(*f.step_time_median_s);
+    parts.push_back(steps);
+  }
+  return parts;
+}
+
+std::string HealthyWords(const Features& f, double min_pct) {
+  std::string text = Format("no cause costs more than %g%% of the run", min_pct);
+  if (f.device_busy_pct)
+    text += Format(": the device was busy %.0f%% of the time", *f.device_busy_pct);
+  return text;
+}
+
+// ---- the terminal summary ----------------------------------------------------
+
+constexpr size_t kColumns = 80;
+
+// Terminal columns of UTF-8 text (one per code point; the summary has no wide characters).
+size_t Columns(const std::string& text) {
+  size_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+std::string PadRight(const std::string& text, size_t columns) {
+  const size_t have = Columns(text);
+  return have >= columns ? text : text + std::string(columns - have, ' ');
+}
+
+std::string PadLeft(const std::string& text, size_t columns) {
+  const size_t have = Columns(text);
+  return have >= columns ? text : std::string(columns - have, ' ') + text;
+}
+
+// ANSI SGR `code` around `text` when `color`.
+std::string Paint(bool color, const char* code, const std::string& text) {
+  return color ? std::string("\033[") + code + "m" + text + "\033[0m" : text;
+}
+
+// `text` word-wrapped to kColumns: the first line continues a line already
+// `first_column` wide, later lines start with `indent` spaces. A word longer
+// than a line stays whole.
+std::string Wrap(const std::string& text, size_t first_column, size_t indent) {
+  std::string out;
+  size_t column = first_column;
+  bool line_empty = true;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t start = text.find_first_not_of(' ', pos);
+    if (start == std::string::npos) break;
+    const size_t end = std::min(text.find(' ', start), text.size());
+    const std::string word = text.substr(start, end - start);
+    const size_t need = Columns(word) + (line_empty ? 0 : 1);
+    if (!line_empty && column + need > kColumns) {
+      out += "\n" + std::string(indent, ' ');
+      column = indent;
+      line_empty = true;
+    }
+    if (!line_empty) out += ' ';
+    out += word;
+    column += Columns(word) + (line_empty ? 0 : 1);
+    line_empty = false;
+    pos = end;
+  }
+  return out;
+}
+
+// `parts` joined by " · ", broken between parts so that lines stay under kColumns.
+std::string JoinWrapped(const std::vector<std::string>& parts) {
+  std::string out;
+  size_t column = 0;
+  for (const std::string& part : parts) {
+    if (column > 0 && column + 3 + Columns(part) > kColumns) {
+      out += "\n";
+      column = 0;
+    } else if (column > 0) {
+      out += " · ";
+      column += 3;
+    }
+    out += part;
+    column += Columns(part);
+  }
+  return out;
+}
+
+// Red for the causes that cost a fifth of the run or more, yellow above 5%.
+const char* SeverityColor(double pct) { return pct >= 20 ? "1;31" : pct >= 5 ? "1;33" : "1"; }
+
+}  // namespace
+
+std::string RenderSummary(const Run& run, const Analysis& analysis, bool color, int max_findings) {
+  const Features& f = analysis.features;
+  std::vector<std::string> header = {"saturate doctor: " + run.meta.dir,
+                                     Seconds(DurationS(run, analysis)), GpuWords(run)};
+  if (run.meta.exit_code && *run.meta.exit_code != 0) {
+    header.push_back("exit " + std::to_string(*run.meta.exit_code));
+  }
+  std::string out = Paint(color, "1", JoinWrapped(header)) + "\n";
+  const std::vector<std::string> numbers = HeadlineNumbers(f);
+  if (!numbers.empty()) out += JoinWrapped(numbers) + "\n";
+  out += "\n";
+
+  std::vector<const Finding*> ranked, notes;
+  for (const Finding& finding : analysis.findings) {
+    (finding.info ? notes : ranked).push_back(&finding);
+  }
+  const size_t shown = std::min(ranked.size(), size_t(std::max(max_findings, 0)));
+  // Columns: rank, cause, time lost, title; each as wide as its widest cell.
+  std::vector<std::string> ranks, causes, times;
+  size_t rank_w = 0, cause_w = 0, time_w = 0;
+  for (size_t i = 0; i < shown; ++i) {
+    const Finding& finding = *ranked[i];
+    ranks.push_back(std::to_string(i + 1) + ".");
+    causes.push_back(finding.cause);
+    times.push_back(Format("%.1f s", finding.time_lost_s) +
+                    Format(" (%2.0f%%)", finding.time_lost_pct));
+    rank_w = std::max(rank_w, Columns(ranks.back()));
+    cause_w = std::max(cause_w, Columns(causes.back()));
+    time_w = std::max(time_w, Columns(times.back()));
+  }
+  for (size_t i = 0; i < shown; ++i) {
+    const Finding& finding = *ranked[i];
+    const std::string lead = " " + PadLeft(ranks[i], rank_w) + " ";
+    const size_t title_column = Columns(lead) + cause_w + 2 + time_w + 2;
+    out += lead + Paint(color, SeverityColor(finding.time_lost_pct), PadRight(causes[i], cause_w)) +
+           "  " + PadLeft(times[i], time_w) + "  " +
+           Wrap(finding.title, title_column, title_column) + "\n";
+    if (!finding.fix.empty()) {
+      const std::string fix_lead = std::string(Columns(lead), ' ') + "fix: ";
+      out += std::string(Columns(lead), ' ') + Paint(color, "32", "fix:") + " " +
+             Wrap(finding.fix, Columns(fix_lead), Columns(fix_lead)) + "\n";
+    }
+  }
+  if (ranked.empty()) {
+    out += Paint(color, "32", HealthyWords(f, analysis.min_time_lost_pct)) + ".\n";
+  } else if (shown < ranked.size()) {
+    const size_t more = ranked.size() - shown;
+    out += std::to_string(more) + (more == 1 ? " more finding" : " more findings") +
+           " in the report.\n";
+  } else {
+    out += Format("no other cause above %g%% of the run.\n", analysis.min_time_lost_pct);
+  }
+  // Info findings cost no measured time: a note each, after the ranking.
+  for (const Finding* note : notes) {
+    out += Paint(color, "1", "note:") + " " + Wrap(note->title, 6, 6) + "\n";
+    if (!note->fix.empty()) out += "      " + Wrap(note->fix, 6, 6) + "\n";
+  }
+  return out;
+}
+
+std::string HtmlEscape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// ---- SVG charts --------------------------------------------------------------
+
+// A chart's geometry: an SVG `width` x `height` (viewBox units) with the
+// plot inside the margins, and the data ranges mapped onto the plot.
+struct Frame {
+  double width = 960, height = 300;
+  double left = 56, right = 20, top = 16, bottom = 48;
+  double x_min = 0, x_max = 1, y_min = 0, y_max = 1;
+
+  double X(double x) const { return left + (x - x_min) / (x_max - x_min) * (width - left - right); }
+  double Y(double y) const {
+    return height - bottom - (y - y_min) / (y_max - y_min) * (height - top - bottom);
+  }
+};
+
+struct Tick {
+  double at = 0;  // data units
+  std::string label;
+};
+
+// About `target` round ticks (1, 2 or 5 times a power of ten) covering [lo, hi].
+std::vector<double> NiceTicks(double lo, double hi, int target = 5) {
+  if (!(hi > lo)) return {lo};
+  const double raw = (hi - lo) / target;
+  const double power = std::pow(10, std::floor(std::log10(raw)));
+  const double step = raw / power <= 1   ? power
+                      : raw / power <= 2 ? 2 * power
+                      : raw / power <= 5 ? 5 * power
+                                         : 10 * power;
+  std::vector<double> ticks;
+  for (double v = std::ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) {
+    ticks.push_back(std::fabs(v) < step * 1e-9 ? 0 : v);
+  }
+  return ticks;
+}
+
+// Labels for ticks: as few decimals as the spacing needs, then `suffix`.
+std::vector<Tick> Labelled(const std::vector<double>& at, const std::string& suffix = "") {
+  const double step = at.size() > 1 ? at[1] - at[0] : 1;
+  const char* fmt = step >= 1 ? "%.0f" : step >= 0.1 ? "%.1f" : "%.2f";
+  std::vector<Tick> ticks;
+  for (double v : at) ticks.push_back({v, Format(fmt, v) + suffix});
+  return ticks;
+}
+
+std::string Num(double v) { return Format("%.1f", v); }
+
+std::string SvgText(double x, double y, const std::string& anchor, const std::string& text,
+                    const std::string& cls = "") {
+  return "<text x=\"" + Num(x) + "\" y=\"" + Num(y) + "\" text-anchor=\"" + anchor + "\"" +
+         (cls.empty() ? "" : " class=\"" + cls + "\"") + ">" + HtmlEscape(text) + "</text>";
+}
+
+std::string SvgLine(double x1, double y1, double x2, double y2, const std::string& cls) {
+  return "<line x1=\"" + Num(x1) + "\" y1=\"" + Num(y1) + "\" x2=\"" + Num(x2) + "\" y2=\"" +
+         Num(y2) + "\" class=\"" + cls + "\"/>";
+}
+
+enum class Side { kBottom, kLeft };
+
+// One axis of a chart: its line, a tick and label at each tick, a grid line
+// across the plot per tick when `grid`, and the axis title.
+std::string Axis(const Frame& f, Side side, const std::vector<Tick>& ticks, bool grid,
+                 const std::string& title) {
+  std::string svg = "<g class=\"axis-group\">";
+  const double x0 = f.left, x1 = f.width - f.right;
+  const double y0 = f.top, y1 = f.height - f.bottom;
+  for (const Tick& t : ticks) {
+    if (side == Side::kBottom) {
+      const double x = f.X(t.at);
+      if (grid) svg += SvgLine(x, y0, x, y1, "grid");
+      svg += SvgLine(x, y1, x, y1 + 5, "axis");
+      svg += SvgText(x, y1 + 18, "middle", t.label);
+    } else {
+      const double y = f.Y(t.at);
+      if (grid) svg += SvgLine(x0, y, x1, y, "grid");
+      svg += SvgLine(x0 - 5, y, x0, y, "axis");
+      svg += SvgText(x0 - 8, y + 4, "end", t.label);
+    }
+  }
+  if (side == Side::kBottom) {
+    svg += SvgLine(x0, y1, x1, y1, "axis");
+    if (!title.empty()) svg += SvgText((x0 + x1) / 2, f.height - 6, "middle", title, "axis-title");
+  } else {
+    svg += SvgLine(x0, y0, x0, y1, "axis");
+    if (!title.empty()) {
+      svg += "<text transform=\"translate(14 " + Num((y0 + y1) / 2) +
+             ") rotate(-90)\" text-anchor=\"middle\" class=\"axis-title\">" + HtmlEscape(title) +
+             "</text>";
+    }
+  }
+  return svg + "</g>";
+}
+
+// An <svg> scaled to its container, labelled for screen readers.
+std::string SvgOpen(const Frame& f, const std::string& label) {
+  return "<svg viewBox=\"0 0 " + Num(f.width) + " " + Num(f.height) +
+         "\" role=\"img\" aria-label=\"" + HtmlEscape(label) + "\"><title>" + HtmlEscape(label) +
+         "</title>";
+}
+
+std::string Empty(const std::string& text) {
+  return "<p class=\"empty\">" + HtmlEscape(text) + "</p>\n";
+}
+
+std::string Figure(const std::string& id, const std::string& caption, const std::string& body,
+                   const std::string& note = "") {
+  std::string html =
+      "<figure id=\"" + id + "\"><figcaption>" + HtmlEscape(caption) + "</figcaption>\n" + body;
+  if (!note.empty()) html += "<p class=\"note\">" + HtmlEscape(note) + "</p>";
+  return html + "</figure>\n";
+}
+
+using Points = std::vector<std::pair<double, double>>;
+
+// At most `max` points: consecutive runs averaged, so a long run's page stays small.
+Points Downsample(const Points& points, size_t max = 1200) {
+  if (points.size() <= max) return points;
+  Points out;
+  const double per = double(points.size()) / double(max);
+  for (size_t b = 0; b < max; ++b) {
+    const size_t begin = size_t(b * per), end = std::max(begin + 1, size_t((b + 1) * per));
+    double t = 0, v = 0;
+    for (size_t i = begin; i < end; ++i) {
+      t += points[i].first;
+      v += points[i].second;
+    }
+    out.push_back({t / double(end - begin), v / double(end - begin)});
+  }
+  return out;
+}
+
+struct Series {
+  std::string name;
+  std::string color;
+  Points points;
+  bool area = false;  // shade under the line
+  bool dashed = false;
+};
+
+std::string Polyline(const Frame& f, const Series& s) {
+  std::string coords;
+  for (const auto& [x, y] : s.points) {
+    coords += (coords.empty() ? "" : " ") + Num(f.X(x)) + "," + Num(f.Y(std::clamp(y, 0.0, 100.0)));
+  }
+  if (s.points.size() == 1) {
+    return "<circle cx=\"" + Num(f.X(s.points[0].first)) + "\" cy=\"" +
+           Num(f.Y(s.points[0].second)) + "\" r=\"3\" fill=\"" + s.color + "\"/>";
+  }
+  std::string svg;
+  if (s.area) {
+    svg += "<polygon points=\"" + Num(f.X(s.points.front().first)) + "," + Num(f.Y(0)) + " " +
+           coords + " " + Num(f.X(s.points.back().first)) + "," + Num(f.Y(0)) + "\" fill=\"" +
+           s.color + "\" fill-opacity=\"0.12\"/>";
+  }
+  return svg + "<polyline points=\"" + coords + "\" fill=\"none\" stroke=\"" + s.color +
+         "\" stroke-width=\"" + (s.area ? "2" : "1.5") + "\" stroke-linejoin=\"round\"" +
+         (s.dashed ? " stroke-dasharray=\"5 3\"" : "") + "/>";
+}
+
+std::string Legend(const std::vector<Series>& series) {
+  std::string html = "<p class=\"legend\">";
+  for (const Series& s : series) {
+    html += "<span><i style=\"background:" + s.color + "\"></i>" + HtmlEscape(s.name) + "</span>";
+  }
+  return html + "</p>\n";
+}
+
+constexpr const char* kGpuColors[] = {"#059669", "#7c3aed", "#db2777", "#0891b2",
+                                      "#65a30d", "#ca8a04", "#4b5563", "#9333ea"};
+
+std::string TimelineChart(const Run& run, const Analysis& analysis) {
+  std::vector<Series> series;
+  const std::string busy_name = run.meta.gpu_count > 0
+                                    ? "device busy (GPU utilization)"
+                                    : "device busy (training process outside data wait)";
+  series.push_back(
+      {busy_name, "#2563eb", Downsample(analysis.features.device_busy_timeline), true});
+  Series cpu{"host CPU busy (all cores)", "#ea580c", {}};
+  std::set<int> gpu_indices;
+  for (const SamplePoint& s : run.samples) {
+    cpu.points.push_back({double(s.t_ns) / 1e9, s.cpu_busy_pct});
+    for (const GpuPoint& g : s.gpus) {
+      if (!g.lost && g.util_pct) gpu_indices.insert(g.index);
+    }
+  }
+  cpu.points = Downsample(cpu.points);
+  series.push_back(std::move(cpu));
+  // One line per GPU only when there are several: with one, it is the device line.
+  if (gpu_indices.size() > 1) {
+    for (int index : gpu_indices) {
+      Series gpu{"GPU " + std::to_string(index) + " utilization",
+                 kGpuColors[size_t(index) % std::size(kGpuColors)],
+                 {},
+                 false,
+                 true};
+      for (const SamplePoint& s : run.samples) {
+        for (const GpuPoint& g : s.gpus) {
+          if (g.index == index && !g.lost && g.util_pct) {
+            gpu.points.push_back({double(s.t_ns) / 1e9, *g.util_pct});
+          }
+        }
+      }
+      gpu.points = Downsample(gpu.points);
+      series.push_back(std::move(gpu));
+    }
+  }
+  std::erase_if(series, [](const Series& s) { return s.points.empty(); });
+  const std::string caption = "Utilization over time";
+  if (series.empty()) {
+    return Figure("timeline", caption,
+                  Empty("no utilization samples recorded (samples.jsonl is empty or missing)"));
+  }
+  Frame f;
+  f.x_max = DurationS(run, analysis);
+  for (const Series& s : series) f.x_max = std::max(f.x_max, s.points.back().first);
+  if (f.x_max <= 0) f.x_max = 1;
+  f.y_max = 100;
+  std::string svg =
+      SvgOpen(f, "Device, host CPU and GPU utilization (%) over the run's " + Seconds(f.x_max));
+  svg += Axis(f, Side::kLeft, Labelled(NiceTicks(0, 100), "%"), true, "busy");
+  svg += Axis(f, Side::kBottom, Labelled(NiceTicks(0, f.x_max, 8)), true, "time since start (s)");
+  // Drawn last to first, so the device line is on top.
+  for (auto it = series.rbegin(); it != series.rend(); ++it) svg += Polyline(f, *it);
+  svg += "</svg>\n";
+  return Figure("timeline", caption, svg + Legend(series));
+}
+
+std::string Truncate(const std::string& text, size_t max_columns) {
+  if (Columns(text) <= max_columns) return text;
+  std::string out;
+  size_t columns = 0;
+  for (unsigned char c : text) {
+    if ((c & 0xC0) != 0x80 && ++columns > max_columns - 1) break;
+    out += char(c);
+  }
+  return out + "…";
+}
+
+std::string PhaseColor(const std::string& name, size_t i) {
+  if (name == "data_wait" || name == "data") return "#dc2626";
+  if (name == "copy" || name == "h2d") return "#f59e0b";
+  if (name == "other") return "#9ca3af";
+  constexpr const char* kBlues[] = {"#2563eb", "#3b82f6", "#1d4ed8", "#60a5fa", "#1e40af"};
+  return kBlues[i % std::size(kBlues)];
+}
+
+std::string PhaseChart(const Features& features) {
+  const std::string caption = "Where step time goes (step-phase breakdown)";
+  if (features.phases.empty()) {
+    return Figure("phases", caption,
+                  Empty("no step spans recorded — mark steps with saturate.step() and phases "
+                        "with saturate.phase(\"forward\") etc. to see where step time goes"));
+  }
+  constexpr double kRow = 30;
+  Frame f;
+  f.left = 170;
+  f.right = 150;
+  f.top = 10;
+  f.height = f.top + f.bottom + kRow * double(features.phases.size());
+  f.x_max = 100;
+  f.y_max = double(features.phases.size());  // row i spans [n-i-1, n-i]
+  std::string svg = SvgOpen(f, "Share of step time per phase");
+  std::vector<Tick> names;
+  std::string bars;
+  for (size_t i = 0; i < features.phases.size(); ++i) {
+    const PhaseShare& p = features.phases[i];
+    const double row = f.y_max - double(i) - 0.5;
+    names.push_back({row, Truncate(p.name, 22)});
+    const double pct = std::clamp(p.pct_of_steps, 0.0, 100.0);
+    const double y = f.Y(row) - kRow * 0.32;
+    bars += "<rect x=\"" + Num(f.X(0)) + "\" y=\"" + Num(y) + "\" width=\"" +
+            Num(std::max(f.X(pct) - f.X(0), 1.0)) + "\" height=\"" + Num(kRow * 0.64) +
+            "\" fill=\"" + PhaseColor(p.name, i) + "\"><title>" + HtmlEscape(p.name) + ": " +
+            Percent(p.pct_of_steps) + ", " + Seconds(p.total_s) + "</title></rect>";
+    bars += SvgText(f.X(pct) + 6, f.Y(row) + 4, "start",
+                    Percent(p.pct_of_steps) + " · " + Seconds(p.total_s), "value");
+  }
+  svg += Axis(f, Side::kBottom, Labelled(NiceTicks(0, 100), "%"), true, "share of step time");
+  svg += Axis(f, Side::kLeft, names, false, "");
+  svg += bars + "</svg>\n";
+  return Figure("phases", caption, svg);
+}
+
+std::string EdgeLabel(double edge) { return Format("%g", edge); }
+
+std::string IdleGapChart(const Features& features) {
+  const Histogram& h = features.idle_gaps_s;
+  const std::string caption = "Idle gaps: how long the device waited each time";
+  int64_t total = 0;
+  for (int64_t c : h.counts) total += c;
+  if (h.counts.empty() || total == 0) {
+    return Figure("idle-gaps", caption,
+                  Empty("no idle gaps recorded: the device never sat idle (GPU under 10% busy, "
+                        "or a data_wait span) long enough to count"));
+  }
+  Frame f;
+  f.height = 260;
+  const size_t n = h.counts.size();
+  f.x_max = double(n);
+  const int64_t max_count = *std::max_element(h.counts.begin(), h.counts.end());
+  std::vector<double> y_ticks = NiceTicks(0, double(max_count), 4);
+  if (y_ticks.size() > 1 && y_ticks[1] - y_ticks[0] < 1) y_ticks = {0, double(max_count)};
+  f.y_max = std::max(y_ticks.back(), double(max_count) * 1.12);  // room for the count labels
+  std::vector<Tick> buckets;
+  std::string bars;
+  for (size_t i = 0; i < n; ++i) {
+    std::string label;
+    if (i == 0) {
+      label = "< " + EdgeLabel(h.upper_edges.empty() ? 0 : h.upper_edges[0]) + " s";
+    } else if (i >= h.upper_edges.size()) {
+      label = "≥ " + EdgeLabel(h.upper_edges.back()) + " s";
+    } else {
+      label = EdgeLabel(h.upper_edges[i - 1]) + "–" + EdgeLabel(h.upper_edges[i]) + " s";
+    }
+    buckets.push_back({double(i) + 0.5, label});
+    const double x = f.X(double(i) + 0.1), w = f.X(double(i) + 0.9) - x;
+    const double top = f.Y(double(h.counts[i]));
+    bars += "<rect x=\"" + Num(x) + "\" y=\"" + Num(top) + "\" width=\"" + Num(w) + "\" height=\"" +
+            Num(f.Y(0) - top) + "\" fill=\"#7c3aed\"><title>" + HtmlEscape(label) + ": " +
+            std::to_string(h.counts[i]) + "</title></rect>";
+    if (h.counts[i] > 0) {
+      bars += SvgText(x + w / 2, top - 5, "middle", std::to_string(h.counts[i]), "value");
+    }
+  }
+  std::string svg = SvgOpen(f, "Histogram of idle gap lengths");
+  svg += Axis(f, Side::kLeft, Labelled(y_ticks), true, "gaps");
+  svg += Axis(f, Side::kBottom, buckets, false, "idle gap length");
+  svg += bars + "</svg>\n";
+  std::string note = std::to_string(total) + (total == 1 ? " idle gap" : " idle gaps") +
+                     " (GPU under 10% busy, or data_wait spans).";
+  if (features.idle_period_s) {
+    note += " They recur about every " + Seconds(*features.idle_period_s) +
+            ": a saw-tooth, the device waiting for each batch.";
+  }
+  return Figure("idle-gaps", caption, svg, note);
+}
+
+// ---- the page ----------------------------------------------------------------
+
+constexpr const char* kStyle = R"css(
+:root { --fg: #1d232b; --muted: #5b6670; --line: #dfe3e8; --soft: #f4f6f8; --bad: #c2410c; }
+* { box-sizing: border-box; }
+body { margin: 0; color: var(--fg); background: #fff;
+  font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+main { max-width: 1120px; margin: 0 auto; padding: 28px 32px 48px; }
+h1 { font-size: 26px; margin: 0; }
+h2 { font-size: 19px; margin: 36px 0 10px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
+code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
+  font-size: 13px; }
+.verdict { font-size: 17px; margin: 6px 0 18px; }
+.verdict.healthy { color: #047857; }
+dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: 2px 18px; margin: 0; }
+dl.meta dt { color: var(--muted); }
+dl.meta dd { margin: 0; overflow-wrap: anywhere; }
+.tiles { display: flex; flex-wrap: wrap; gap: 12px; margin: 20px 0 0; padding: 0; list-style: none; }
+.tiles li { background: var(--soft); border-radius: 8px; padding: 8px 16px; min-width: 140px; }
+.tiles b { display: block; font-size: 22px; font-variant-numeric: tabular-nums; }
+.tiles span { color: var(--muted); font-size: 13px; }
+table { border-collapse: collapse; width: 100%; }
+th, td { text-align: left; vertical-align: top; padding: 9px 10px; border-bottom: 1px solid var(--line); }
+th { font-size: 13px; color: var(--muted); font-weight: 600; }
+td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+table.measurements, table.loaders { width: auto; min-width: 60%; }
+.findings .cause { font-weight: 600; white-space: nowrap; }
+.findings .title { font-weight: 600; }
+.bar { height: 6px; background: var(--bad); border-radius: 3px; margin: 4px 0 0 auto; }
+ul.evidence { margin: 6px 0 0; padding-left: 18px; color: var(--muted); font-size: 14px; }
+ul.evidence b { color: var(--fg); font-variant-numeric: tabular-nums; }
+td.fix { background: #f0fdf4; width: 28%; }
+.confidence { white-space: nowrap; color: var(--muted); }
+.healthy-box { background: #ecfdf5; border-radius: 8px; padding: 14px 18px; }
+figure { margin: 18px 0 30px; }
+figcaption { font-weight: 600; margin-bottom: 6px; }
+figure svg { display: block; width: 100%; height: auto; }
+svg text { font-size: 12px; fill: var(--muted);
+  font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; }
+svg text.value { fill: var(--fg); font-weight: 600; }
+svg text.axis-title { font-size: 13px; }
+svg .grid { stroke: #edf0f3; }
+svg .axis { stroke: #8a949e; }
+.legend { display: flex; flex-wrap: wrap; gap: 6px 18px; margin: 4px 0 0 56px; font-size: 13px;
+  color: var(--muted); }
+.legend i { display: inline-block; width: 14px; height: 4px; border-radius: 2px; margin-right: 6px;
+  vertical-align: middle; }
+.note { color: var(--muted); font-size: 14px; margin: 4px 0 0; }
+.empty { color: var(--muted); font-style: italic; background: var(--soft); padding: 16px;
+  border-radius: 8px; }
+footer { color: var(--muted); font-size: 13px; margin-top: 40px; }
+)css";
+
+std::string UtcTime(int64_t unix_ns) {
+  const time_t t = time_t(unix_ns / 1000000000);
+  struct tm tm {};
+  if (unix_ns <= 0 || gmtime_r(&t, &tm) == nullptr) return "";
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+std::string GiB(uint64_t bytes) { return Format("%.1f GiB", double(bytes) / double(1ull << 30)); }
+
+std::string MetaList(const Run& run, const Analysis& analysis) {
+  const RunMeta& m = run.meta;
+  std::vector<std::pair<std::string, std::string>> rows;  // already escaped
+  rows.push_back({"command", "<code>" + HtmlEscape(CommandLine(m.command)) + "</code>"});
+  rows.push_back({"run directory", "<code>" + HtmlEscape(m.dir) + "</code>"});
+  std::string host = m.host;
+  if (m.cpus > 0) host += " · " + std::to_string(m.cpus) + " CPUs";
+  if (m.mem_total_bytes > 0) host += " · " + GiB(m.mem_total_bytes) + " memory";
+  rows.push_back({"host", HtmlEscape(host)});
+  const std::string started = UtcTime(m.start_unix_ns);
+  if (!started.empty()) rows.push_back({"started", HtmlEscape(started)});
+  rows.push_back({"duration", HtmlEscape(Seconds(DurationS(run, analysis)))});
+  std::string gpus = GpuWords(run);
+  for (size_t i = 0; i < m.gpu_memory_total_bytes.size(); ++i) {
+    gpus += (i == 0 ? " (" : ", ") + GiB(m.gpu_memory_total_bytes[i]);
+    if (i + 1 == m.gpu_memory_total_bytes.size()) gpus += ")";
+  }
+  if (!m.gpu_status.empty()) gpus += " — " + m.gpu_status;
+  rows.push_back({"GPUs", HtmlEscape(gpus)});
+  std::string exit_code = "not recorded";
+  if (m.exit_code) {
+    exit_code = std::to_string(*m.exit_code) + (*m.exit_code == 0 ? "" : " (the command failed)");
+  }
+  rows.push_back({"exit code", HtmlEscape(exit_code)});
+  std::string html = "<dl class=\"meta\">\n";
+  for (const auto& [name, value] : rows) {
+    html += "<dt>" + HtmlEscape(name) + "</dt><dd>" + value + "</dd>\n";
+  }
+  return html + "</dl>\n";
+}
+
+std::string Tiles(const Features& f) {
+  std::vector<std::pair<std::string, std::string>> tiles;
+  if (f.device_busy_pct) tiles.push_back({Percent(*f.device_busy_pct), "device busy"});
+  if (f.data_wait_pct)
+    tiles.push_back({Percent(*f.data_wait_pct), "of step time waiting for data"});
+  if (f.steps > 0) tiles.push_back({std::to_string(f.steps), "steps"});
+  if (f.step_time_median_s) tiles.push_back({Seconds(*f.step_time_median_s), "median step"});
+  if (f.host_cpu_busy_pct) tiles.push_back({Percent(*f.host_cpu_busy_pct), "host CPU busy"});
+  if (tiles.empty()) return "";
+  std::string html = "<ul class=\"tiles\">";
+  for (const auto& [value, what] : tiles) {
+    html += "<li><b>" + HtmlEscape(value) + "</b><span>" + HtmlEscape(what) + "</span></li>";
+  }
+  return html + "</ul>\n";
+}
+
+std::string ConfidenceWords(double c) {
+  const char* word = c >= 0.75 ? "high" : c >= 0.5 ? "medium" : "low";
+  return std::string(word) + Format(" (%.0f%%)", c * 100);
+}
+
+std::string FindingsTable(const Analysis& analysis) {
+  if (analysis.findings.empty()) {
+    return "<p class=\"healthy-box\">" +
+           HtmlEscape(HealthyWords(analysis.features, analysis.min_time_lost_pct)) + ".</p>\n";
+  }
+  std::string html =
+      "<table class=\"findings\">\n<thead><tr><th>#</th><th>cause</th><th class=\"num\">time "
+      "lost</th><th>what is wrong, and the evidence</th><th>fix</th><th>confidence</th></tr>"
+      "</thead>\n<tbody>\n";
+  for (size_t i = 0; i < analysis.findings.size(); ++i) {
+    const Finding& finding = analysis.findings[i];
+    html += "<tr><td class=\"num\">" + std::to_string(i + 1) + "</td>";
+    html += "<td class=\"cause mono\">" + HtmlEscape(finding.cause) + "</td>";
+    html += "<td class=\"num\">" + Format("%.1f s", finding.time_lost_s) + "<br>" +
+            Percent(finding.time_lost_pct) + " of the run<div class=\"bar\" style=\"width:" +
+            Format("%.0f", std::clamp(finding.time_lost_pct, 1.0, 100.0)) + "%\"></div></td>";
+    html += "<td><div class=\"title\">" + HtmlEscape(finding.title) + "</div>";
+    if (!finding.evidence.empty()) {
+      html += "<ul class=\"evidence\">";
+      for (const Evidence& e : finding.evidence) {
+        html += "<li><b>" + HtmlEscape(ValueWithUnit(e.value, e.unit)) + "</b> " +
+                HtmlEscape(e.text.empty() ? e.key : e.text) + "</li>";
+      }
+      html += "</ul>";
+    }
+    html += "</td><td class=\"fix\">" + HtmlEscape(finding.fix);
+    if (finding.fix_value) {
+      html += "<br><code>" + HtmlEscape(finding.fix_value->first) + " = " +
+              HtmlEscape(ValueWithUnit(finding.fix_value->second, "")) + "</code>";
+    }
+    html += "</td><td class=\"confidence\">" + ConfidenceWords(finding.confidence) + "</td></tr>\n";
+  }
+  return html + "</tbody>\n</table>\n";
+}
+
+// Every measurement the rules saw, for the reader who wants to check them.
+std::string MeasurementsTable(const Features& f) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  auto add = [&rows](const std::string& what, const std::optional<double>& v,
+                     const std::string& unit) {
+    if (v) rows.push_back({what, unit == "s" ? Seconds(*v) : ValueWithUnit(*v, unit)});
+  };
+  add("run duration", f.duration_s, "s");
+  add("device busy, mean", f.device_busy_pct, "%");
+  add("idle gaps recur every", f.idle_period_s, "s");
+  if (f.steps > 0) rows.push_back({"steps", std::to_string(f.steps)});
+  add("median step time", f.step_time_median_s, "s");
+  add("data wait, share of step time", f.data_wait_pct, "%");
+  add("host→device copy, share of step time", f.copy_pct, "%");
+  add("communication, share of step time", f.comm_pct, "%");
+  add("samples per second consumed by training", f.samples_per_s, "samples/s");
+  auto add_int = [&add](const std::string& what, const std::optional<int64_t>& v) {
+    add(what, v ? std::optional<double>(double(*v)) : std::nullopt, "");
+  };
+  add_int("loader threads", f.loader_threads);
+  add_int("loader prefetch depth", f.loader_prefetch);
+  add_int("loader batch size", f.loader_batch_size);
+  add("loader CPU per sample",
+      f.loader_cpu_ns_per_sample ? std::optional<double>(*f.loader_cpu_ns_per_sample / 1e9)
+                                 : std::nullopt,
+      "s");
+  for (size_t i = 0; i < f.gpu_busy_pct.size(); ++i) {
+    add("GPU " + std::to_string(i) + " busy, mean over training", f.gpu_busy_pct[i], "%");
+  }
+  add("GPU memory used, maximum", f.gpu_memory_used_max_pct, "%");
+  add("busy GPU time clock-limited by power or heat", f.throttled_pct, "%");
+  add("host CPU busy, mean of all cores", f.host_cpu_busy_pct, "%");
+  add("host CPU iowait, mean", f.host_iowait_pct, "%");
+  add("CPU used by the training process tree", f.tree_cpu_cores, "cores");
+  add("CPU used by everything else", f.other_cpu_cores, "cores");
+  add("host memory headroom, minimum", f.mem_headroom_pct, "%");
+  add("disk reads, mean", f.disk_read_mb_per_s, "MB/s");
+  add("checkpointing on the training thread", f.checkpoint_s, "s");
+  if (f.checkpoints > 0) rows.push_back({"checkpoints", std::to_string(f.checkpoints)});
+  std::string html = "<table class=\"measurements\">\n<tbody>\n";
+  for (const auto& [what, value] : rows) {
+    html += "<tr><td>" + HtmlEscape(what) + "</td><td class=\"num\">" + HtmlEscape(value) +
+            "</td></tr>\n";
+  }
+  return html + "</tbody>\n</table>\n";
+}
+
+std::string LoaderTable(const Run& run) {
+  if (run.loaders.empty()) return "";
+  std::string html = "<h2>Loader counters</h2>\n<table class=\"loaders\">\n<tbody>\n";
+  for (const LoaderCounters& l : run.loaders) {
+    std::string values;
+    for (const auto& [name, v] : l.values) {
+      values += (values.empty() ? "" : " · ") + name + " " + std::to_string(v);
+    }
+    html += "<tr><td class=\"mono\">pid " + std::to_string(l.pid) + "</td><td class=\"mono\">" +
+            HtmlEscape(values) + "</td></tr>\n";
+  }
+  return html + "</tbody>\n</table>\n";
+}
+
+std::string Verdict(const Run& run, const Analysis& analysis) {
+  // Info findings sort last, so a first one means nothing was ranked.
+  if (analysis.findings.empty() || analysis.findings.front().info) {
+    return "<p class=\"verdict healthy\">" +
+           HtmlEscape(HealthyWords(analysis.features, analysis.min_time_lost_pct)) + ".</p>\n";
+  }
+  const Finding& top = analysis.findings.front();
+  const auto n = std::count_if(analysis.findings.begin(), analysis.findings.end(),
+                               [](const Finding& x) { return !x.info; });
+  return "<p class=\"verdict\">" + std::to_string(n) + (n == 1 ? " cause" : " causes") +
+         " of lost device time. The largest, <b class=\"mono\">" + HtmlEscape(top.cause) +
+         "</b>, costs " + Format("%.1f s", top.time_lost_s) + " (" + Percent(top.time_lost_pct) +
+         ") of the " + Seconds(DurationS(run, analysis)) + " run.</p>\n";
+}
+
+std::string Basename(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const size_t slash = p.rfind('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+}  // namespace
+
+std::string RenderHtml(const Run& run, const Analysis& analysis) {
+  const Features& f = analysis.features;
+  std::string html = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
+  html += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  html += "<title>saturate doctor: " + HtmlEscape(Basename(run.meta.dir)) + "</title>\n";
+  html += "<style>" + std::string(kStyle) + "</style>\n</head>\n<body>\n<main>\n";
+  html += "<header>\n<h1>saturate doctor</h1>\n" + Verdict(run, analysis) +
+          MetaList(run, analysis) + Tiles(f) + "</header>\n";
+  html +=
+      "<section id=\"findings\" aria-labelledby=\"findings-h\">\n<h2 id=\"findings-h\">"
+      "Findings, by time lost</h2>\n" +
+      FindingsTable(analysis) + "</section>\n";
+  html +=
+      "<section id=\"charts\" aria-labelledby=\"charts-h\">\n<h2 id=\"charts-h\">Charts</h2>\n" +
+      TimelineChart(run, analysis) + PhaseChart(f) + IdleGapChart(f) + "</section>\n";
+  html +=
+      "<section id=\"measurements\" aria-labelledby=\"measurements-h\">\n"
+      "<h2 id=\"measurements-h\">Measurements</h2>\n" +
+      MeasurementsTable(f) + LoaderTable(run) + "</section>\n";
+  if (!run.warnings.empty()) {
+    html += "<section id=\"notes\">\n<h2>Notes from reading the run</h2>\n<ul>\n";
+    for (const std::string& w : run.warnings) html += "<li>" + HtmlEscape(w) + "</li>\n";
+    html += "</ul>\n</section>\n";
+  }
+  html +=
+      "<footer>Written by saturate doctor. The same numbers as JSON: findings.json in the run "
+      "directory.</footer>\n</main>\n</body>\n</html>\n";
+  return html;
+}
+
+}  // namespace saturate::doctor

@@ -1,0 +1,738 @@
+// Diagnose: one rule per cause id. Each rule is a small pure function of the
+// Features that returns a Finding when its evidence is there, with the time
+// it costs and a fix carrying a computed number where one can be computed.
+// docs/diagnosis.md states every threshold and why.
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+
+#include "doctor/analysis.h"
+
+namespace saturate::doctor {
+namespace {
+
+// ---- Thresholds (docs/diagnosis.md) -------------------------------------------
+
+constexpr double kDataWaitPct = 10;       // data wait share of step time that is a problem
+constexpr double kCpuSaturatedPct = 85;   // host CPU busy: the loader cannot get more
+constexpr double kLoaderBusyShare = 0.8;  // loader CPU / its threads: threads are busy
+constexpr double kIowaitPct = 10;         // iowait: the CPUs wait for storage
+constexpr double kCpuIdleishPct = 70;     // host busy below: CPUs are not what limits
+constexpr double kReadShare = 0.5;        // read_ns share of loader time: reads dominate
+constexpr double kOtherCoresShare = 0.5;  // of all cores used by other processes
+constexpr double kLowDeviceBusyPct = 60;  // GPU busy below: too little parallel work
+constexpr double kFreeMemoryPct = 50;     // GPU memory used below: room for a larger batch
+constexpr double kTargetBusyPct = 90;     // what a larger batch aims for
+constexpr double kMaxBatchFactor = 8;     // never suggest more than batch x 8 untested
+constexpr double kPhasePct = 10;          // copy / comm share of step time
+constexpr double kFixedStepPct = 10;      // optimizer + loop share of a CPU step: tiny batch
+constexpr double kShortStepS = 0.005;     // a CPU step shorter than this is mostly dispatch
+constexpr double kCheckpointPct = 2;      // blocking checkpoints, of the run
+constexpr double kThrottledPct = 20;      // busy samples clock-limited
+constexpr double kAssumedThrottleLoss = 0.10;
+constexpr double kImbalancePoints = 20;    // max - min mean util across used GPUs
+constexpr double kMemoryFullPct = 95;      // GPU memory used, or host available below 5%
+constexpr double kIdleAllocationPct = 50;  // a GPU below 5% util for this share of the run
+constexpr double kFp32AssumedGain = 0.3;   // conservative share of GPU time bf16 would save
+
+std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string Fmt(const char* fmt, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, args);
+  va_end(args);
+  return buf;
+}
+
+Finding Make(const Features& f, std::string cause, std::string title, double lost_s,
+             double confidence) {
+  Finding x;
+  x.cause = std::move(cause);
+  x.title = std::move(title);
+  x.time_lost_s = std::max(0.0, lost_s);
+  x.time_lost_pct = f.duration_s > 0 ? 100.0 * x.time_lost_s / f.duration_s : 0;
+  x.confidence = confidence;
+  return x;
+}
+
+void Add(Finding& x, std::string key, double value, std::string unit, std::string text) {
+  x.evidence.push_back({std::move(key), value, std::move(unit), std::move(text)});
+}
+
+// Mean utilization of the GPUs in use (those not idle most of the run).
+std::optional<double> UsedGpuBusyPct(const Features& f) {
+  double sum = 0;
+  int n = 0;
+  for (size_t i = 0; i < f.gpu_busy_pct.size(); ++i) {
+    if (i < f.gpu_idle_pct.size() && f.gpu_idle_pct[i] >= kIdleAllocationPct) continue;
+    sum += f.gpu_busy_pct[i];
+    ++n;
+  }
+  return n ? std::optional<double>(sum / n) : std::nullopt;
+}
+
+// ---- Is training waiting for data, and why ------------------------------------
+
+struct DataWait {
+  double lost_s = 0;
+  double pct = 0;           // of step time (spans) or of the training window (GPU gaps)
+  bool from_spans = false;  // measured on the training thread, not inferred from the GPU
+};
+
+std::optional<DataWait> FindDataWait(const Features& f) {
+  if (f.data_wait_pct) {
+    if (*f.data_wait_pct < kDataWaitPct) return std::nullopt;
+    return DataWait{*f.data_wait_s, *f.data_wait_pct, true};
+  }
+  // No spans: the saw-tooth, idle gaps between busy stretches that recur.
+  if (f.gpu_count == 0 || f.active_s <= 0) return std::nullopt;
+  const double idle_pct = 100.0 * f.interior_idle_s / f.active_s;
+  if (idle_pct < kDataWaitPct || (!f.idle_period_s && f.interior_idle_gaps < 4)) {
+    return std::nullopt;
+  }
+  return DataWait{f.interior_idle_s, idle_pct, false};
+}
+
+enum class DataCause { kInputPipeline, kIo, kContention };
+
+bool Contended(const Features& f) {
+  if (f.cpus <= 0 || !f.other_cpu_cores) return false;
+  const double other = *f.other_cpu_cores;
+  return other >= kOtherCoresShare * f.cpus ||
+         (f.host_cpu_busy_pct.value_or(0) >= 90 && other >= 0.25 * f.cpus);
+}
+
+bool LoaderThreadsBusy(const Features& f) {
+  return f.loader_busy_cores && f.loader_threads && *f.loader_threads > 0 &&
+         *f.loader_busy_cores >= kLoaderBusyShare * double(*f.loader_threads);
+}
+
+// The share of the loader's per-sample time spent in read(): high means its
+// threads are busy waiting for storage, not computing.
+std::optional<double> ReadShare(const Features& f) {
+  if (!f.loader_cpu_ns_per_sample || *f.loader_cpu_ns_per_sample <= 0) return std::nullopt;
+  return f.loader_read_ns_per_sample.value_or(0) / *f.loader_cpu_ns_per_sample;
+}
+
+bool CpuBound(const Features& f) {
+  return f.host_cpu_busy_pct.value_or(0) >= kCpuSaturatedPct ||
+         (LoaderThreadsBusy(f) && ReadShare(f).value_or(0) < kReadShare);
+}
+
+bool IoSigns(const Features& f) {
+  if (f.host_iowait_pct.value_or(0) >= kIowaitPct) return true;
+  if (f.host_cpu_busy_pct.value_or(100) >= kCpuIdleishPct) return false;
+  if (std::optional<double> read = ReadShare(f)) return *read >= kReadShare;
+  // No loader counters: nobody computes while training waits.
+  return f.tree_cpu_cores && *f.tree_cpu_cores < 1.0;
+}
+
+// One cause per data wait, so the three rules never count it twice: other
+// processes first (the root cause even when the loader looks CPU-bound),
+// then storage (when the loader is not computing), else the loader itself.
+DataCause ClassifyDataWait(const Features& f) {
+  if (Contended(f)) return DataCause::kContention;
+  if (!CpuBound(f) && IoSigns(f)) return DataCause::kIo;
+  return DataCause::kInputPipeline;
+}
+
+void AddDataWaitEvidence(Finding& x, const Features& f, const DataWait& w) {
+  if (w.from_spans) {
+    Add(x, "data_wait_pct", w.pct, "%", "share of step time waiting for the next batch");
+  } else {
+    Add(x, "gpu_idle_pct", w.pct, "%", "share of the training window with the GPU idle (<10%)");
+    if (f.idle_period_s) {
+      Add(x, "idle_period_s", *f.idle_period_s, "s", "idle gaps recur every this long");
+    }
+  }
+  if (f.step_time_median_s) Add(x, "step_time_s", *f.step_time_median_s, "s", "median step");
+  if (f.host_cpu_busy_pct) {
+    Add(x, "host_cpu_busy_pct", *f.host_cpu_busy_pct, "%", "host CPU busy, of all cores");
+  }
+}
+
+// The cores the training computation itself needs: what the process tree
+// uses beyond the loader, at least one.
+double ComputeCores(const Features& f) {
+  if (!f.tree_cpu_cores) return 1;
+  return std::max(1.0, *f.tree_cpu_cores - f.loader_busy_cores.value_or(0));
+}
+
+// How many loader threads keep the step fed, within the cores there are.
+struct ThreadPlan {
+  double target_per_s = 0;  // samples/s the step could take: batch_size / compute time
+  double fit_per_s = 0;     // samples/s the free cores sustain, loader and training together
+  double feed_per_s = 0;    // min of the two
+  double free_cores = 0;    // cores not used by other processes
+  double threads = 0;       // loader threads for feed_per_s
+};
+
+// Every sample costs loader CPU and training CPU; the free cores bound the
+// rate of both together, so the threads are planned for the lesser of that
+// rate and the rate the step could take.
+std::optional<ThreadPlan> PlanLoaderThreads(const Features& f) {
+  if (!f.loader_cpu_ns_per_sample || !f.loader_batch_size || !f.compute_per_step_s ||
+      *f.compute_per_step_s <= 0 || f.cpus <= 0) {
+    return std::nullopt;
+  }
+  ThreadPlan p;
+  p.target_per_s = double(*f.loader_batch_size) / *f.compute_per_step_s;
+  p.free_cores = std::max(1.0, f.cpus - f.other_cpu_cores.value_or(0));
+  // Training CPU per sample, measured: the tree's CPU beyond the loader's.
+  double train_ns_per_sample = 0;
+  if (f.tree_cpu_cores && f.samples_per_s && *f.samples_per_s > 0) {
+    train_ns_per_sample =
+        std::max(0.0, *f.tree_cpu_cores - f.loader_busy_cores.value_or(0)) / *f.samples_per_s * 1e9;
+  }
+  p.fit_per_s = p.free_cores * 1e9 / (*f.loader_cpu_ns_per_sample + train_ns_per_sample);
+  p.feed_per_s = std::min(p.target_per_s, p.fit_per_s);
+  p.threads = std::max(1.0, std::ceil(p.feed_per_s * *f.loader_cpu_ns_per_sample / 1e9 - 0.05));
+  return p;
+}
+
+// ---- The rules -------------------------------------------------------------------
+
+std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOptions&) {
+  std::optional<DataWait> w = FindDataWait(f);
+  if (!w || ClassifyDataWait(f) != DataCause::kInputPipeline) return std::nullopt;
+  const bool cpu_bound = CpuBound(f);
+  Finding x = Make(f, "input_pipeline",
+                   w->from_spans ? Fmt("Training waits for input %.0f%% of each step; the "
+                                       "loader cannot keep up",
+                                       w->pct)
+                                 : Fmt("GPU idle %.0f%% of the time in a saw-tooth: it waits "
+                                       "for the next batch",
+                                       w->pct),
+                   w->lost_s, w->from_spans && cpu_bound ? 0.85 : 0.6);
+  AddDataWaitEvidence(x, f, *w);
+  if (f.loader_cpu_ns_per_sample) {
+    Add(x, "loader_cpu_ms_per_sample", *f.loader_cpu_ns_per_sample / 1e6, "ms",
+        "read + decode + transform CPU time per sample");
+  }
+  if (f.loader_busy_cores && f.loader_threads) {
+    Add(x, "loader_busy_cores", *f.loader_busy_cores, "cores",
+        Fmt("loader time per second (read + decode + transform), with %lld thread%s",
+            (long long)*f.loader_threads, *f.loader_threads == 1 ? "" : "s"));
+  }
+
+  std::string fix;
+  if (std::optional<ThreadPlan> plan = PlanLoaderThreads(f)) {
+    Add(x, "target_samples_per_s", plan->target_per_s, "samples/s",
+        "batch_size / compute time per step: what keeps the device fed");
+    Add(x, "cpu_limit_samples_per_s", plan->fit_per_s, "samples/s",
+        "what the free cores sustain: loader plus training CPU per sample");
+    const long long threads = f.loader_threads.value_or(0);
+    const double ms_per_sample = *f.loader_cpu_ns_per_sample / 1e6;
+    if (plan->threads > double(threads)) {
+      fix = Fmt("Set loader threads=%.0f (now %lld): %.0f samples/s x %.1f ms of CPU per sample.",
+                plan->threads, threads, plan->feed_per_s, ms_per_sample);
+      if (plan->fit_per_s < plan->target_per_s) {
+        fix +=
+            Fmt(" That is all %.0f free cores can feed (the step could take %.0f/s); beyond it "
+                "cut the per-sample CPU cost: preprocess offline (saturate pack), decode at a "
+                "smaller resolution, or decode on the GPU.",
+                plan->free_cores, plan->target_per_s);
+      }
+      x.fix_value = {{"threads", plan->threads}};
+    } else if (plan->fit_per_s < plan->target_per_s) {
+      fix =
+          Fmt("The CPUs are the limit: %.0f free cores sustain %.0f samples/s at %.1f ms of "
+              "loader CPU each, the step could take %.0f/s. Cut the per-sample CPU cost: "
+              "preprocess offline (saturate pack), decode at a smaller resolution, or decode on "
+              "the GPU.",
+              plan->free_cores, plan->fit_per_s, ms_per_sample, plan->target_per_s);
+    } else {
+      const double prefetch = std::max<double>(2, 2 * double(f.loader_prefetch.value_or(1)));
+      fix = Fmt(
+          "%lld loader threads suffice on average (%.0f needed for %.0f samples/s), so the waits "
+          "are bursts: raise prefetch to %.0f.",
+          threads, plan->threads, plan->target_per_s, prefetch);
+      x.fix_value = {{"prefetch", prefetch}};
+    }
+  } else {
+    fix =
+        "Give the input pipeline more worker threads or processes (saturate.Loader threads, "
+        "DataLoader num_workers)";
+    if (f.tree_cpu_cores && f.cpus > 0) {
+      fix += Fmt("; the job used %.1f of %d cores", *f.tree_cpu_cores, f.cpus);
+    }
+    fix += ". With saturate.Loader, doctor computes the thread count from its counters.";
+    if (!cpu_bound) fix += " The CPUs were not saturated, so this is likely a worker count.";
+  }
+  if (f.loader_prefetch && *f.loader_prefetch < 2) {
+    fix += Fmt(" Set prefetch >= 2 (now %lld) so a batch is ready when a step ends.",
+               (long long)*f.loader_prefetch);
+  }
+  x.fix = fix;
+  return x;
+}
+
+std::optional<Finding> IoBoundRule(const Features& f, const AnalysisOptions&) {
+  std::optional<DataWait> w = FindDataWait(f);
+  if (!w || ClassifyDataWait(f) != DataCause::kIo) return std::nullopt;
+  const bool iowait = f.host_iowait_pct.value_or(0) >= kIowaitPct;
+  Finding x = Make(f, "io_bound",
+                   Fmt("Training waits for data %.0f%% of the time and the CPUs are not busy: "
+                       "storage cannot deliver",
+                       w->pct),
+                   w->lost_s, iowait ? 0.8 : 0.6);
+  AddDataWaitEvidence(x, f, *w);
+  if (f.host_iowait_pct) Add(x, "iowait_pct", *f.host_iowait_pct, "%", "CPU time waiting for I/O");
+  if (f.loader_read_ns_per_sample && f.loader_cpu_ns_per_sample) {
+    Add(x, "read_share_pct", 100.0 * *f.loader_read_ns_per_sample / *f.loader_cpu_ns_per_sample,
+        "%", "share of the loader's per-sample time spent reading");
+  }
+  std::string fix;
+  if (f.disk_read_mb_per_s && *f.disk_read_mb_per_s > 0) {
+    Add(x, "disk_read_mb_per_s", *f.disk_read_mb_per_s, "MB/s", "mean disk read rate");
+    fix = Fmt("Storage delivered %.0f MB/s", *f.disk_read_mb_per_s);
+    if (f.step_time_mean_s && f.compute_per_step_s && *f.compute_per_step_s > 0) {
+      const double needed = *f.disk_read_mb_per_s * *f.step_time_mean_s / *f.compute_per_step_s;
+      fix += Fmt("; without the waits training would read about %.0f MB/s", needed);
+      x.fix_value = {{"read_mb_per_s", needed}};
+    }
+    fix += ". ";
+  }
+  fix +=
+      "Cache the dataset in RAM or on a local SSD, pack it into larger shards read "
+      "sequentially (saturate pack)";
+  if (f.loader_prefetch) {
+    const double prefetch = std::max<double>(4, 2 * double(*f.loader_prefetch));
+    fix += Fmt(", and raise prefetch to %.0f so reads overlap", prefetch);
+    if (!x.fix_value) x.fix_value = {{"prefetch", prefetch}};
+  } else {
+    fix += ", and read ahead (more prefetch)";
+  }
+  x.fix = fix + ".";
+  return x;
+}
+
+std::optional<Finding> CpuContentionRule(const Features& f, const AnalysisOptions&) {
+  std::optional<DataWait> w = FindDataWait(f);
+  if (!w || ClassifyDataWait(f) != DataCause::kContention) return std::nullopt;
+  const double other = *f.other_cpu_cores;
+  Finding x = Make(
+      f, "cpu_contention",
+      Fmt("Other processes used %.1f of %d cores while training waited for data", other, f.cpus),
+      w->lost_s, 0.7);
+  AddDataWaitEvidence(x, f, *w);
+  Add(x, "other_cpu_cores", other, "cores", "mean cores used outside the watched process tree");
+  if (f.tree_cpu_cores) Add(x, "tree_cpu_cores", *f.tree_cpu_cores, "cores", "the job's own");
+  std::string fix =
+      Fmt("Stop or move the other work taking %.1f cores, or give the job its own cores (a cpuset: "
+          "taskset, cgroups, the scheduler's exclusive allocation).",
+          other);
+  if (f.loader_threads) {
+    // What is left for the loader once the others and the training compute run.
+    const double fit = std::max(1.0, std::floor(f.cpus - other - ComputeCores(f)));
+    if (fit < double(*f.loader_threads)) {
+      fix +=
+          Fmt(" If it must share, set loader threads=%.0f (now %lld) so threads do not "
+              "oversubscribe the %.0f free cores.",
+              fit, (long long)*f.loader_threads, fit);
+      x.fix_value = {{"threads", fit}};
+    }
+  }
+  x.fix = fix;
+  return x;
+}
+
+// Share of step time in phases whose cost does not grow with the batch: the
+// optimizer update and the loop's own time outside any phase.
+double FixedStepPct(const Features& f) {
+  double pct = 0;
+  for (const PhaseShare& p : f.phases) {
+    if (p.name == "optimizer" || p.name == "other") pct += p.pct_of_steps;
+  }
+  return pct;
+}
+
+// CPU training (the device is the process's compute): too little work per
+// step shows as idle cores, or as steps dominated by fixed per-step costs.
+std::optional<Finding> CpuParallelism(const Features& f, double explained_s) {
+  if (!f.tree_cpu_cores || f.cpus <= 0 || f.steps == 0) return std::nullopt;
+  const double used = *f.tree_cpu_cores;
+  const double fixed_pct = FixedStepPct(f);
+  const bool idle_cores = used < 0.5 * f.cpus;
+  const bool fixed_costs = fixed_pct >= kFixedStepPct;
+  if (!idle_cores && !fixed_costs) return std::nullopt;
+  // A batch k times larger spreads the fixed costs over k times the samples;
+  // aim for them to be 10% of the step.
+  double k = std::floor(f.cpus / std::max(used, 0.5));
+  if (fixed_costs) {
+    const double fixed = fixed_pct / 100, variable = std::max(1 - fixed, 0.01);
+    k = std::max(k, std::ceil(9 * fixed / variable));
+    // Operator dispatch (~10 us per op on CPU) is a fixed cost the phases do
+    // not show; in steps this short it is most of forward and backward too.
+    if (f.step_time_median_s && *f.step_time_median_s > 0 && *f.step_time_median_s < kShortStepS) {
+      k = std::max(k, std::ceil(kShortStepS / *f.step_time_median_s));
+    }
+  }
+  k = std::min(k, kMaxBatchFactor);
+  if (f.mem_available_min_bytes && f.tree_rss_max_bytes && *f.tree_rss_max_bytes > 0) {
+    // As if all the job's memory grew with the batch (a floor, as on GPUs),
+    // keeping a fifth of what is available free.
+    k = std::min(k, std::floor(1 + 0.8 * *f.mem_available_min_bytes / *f.tree_rss_max_bytes));
+  }
+  if (k < 2) return std::nullopt;  // no room: nothing to suggest
+  const double lost_s = fixed_costs ? f.active_s * fixed_pct / 100 * (1 - 1 / k) - explained_s
+                                    : f.active_s * (1 - used / f.cpus) - explained_s;
+  Finding x = Make(f, "parallelism",
+                   fixed_costs ? Fmt("Fixed per-step costs (optimizer, loop) take %.0f%% of each "
+                                     "step: too little work per step",
+                                     fixed_pct)
+                               : Fmt("Training used %.1f of %d cores: too little parallel work "
+                                     "per step",
+                                     used, f.cpus),
+                   lost_s, 0.5);
+  Add(x, "tree_cpu_cores", used, "cores", "mean cores used by the training process tree");
+  if (fixed_costs) {
+    Add(x, "fixed_step_pct", fixed_pct, "%", "optimizer and loop time, of step time");
+  }
+  if (f.step_time_median_s) Add(x, "step_time_s", *f.step_time_median_s, "s", "median step");
+  const std::string why = idle_cores ? Fmt("so each step has work for the idle cores, and let "
+                                           "the math library use them (torch.set_num_threads(%d))",
+                                           f.cpus)
+                                     : "to spread the fixed per-step costs over more samples";
+  if (f.loader_batch_size) {
+    const double batch = double(*f.loader_batch_size) * k;
+    x.fix = Fmt("Raise the batch size x%.0f to %.0f %s; scale the learning rate with it.", k, batch,
+                why.c_str());
+    x.fix_value = {{"batch_size", batch}};
+  } else {
+    x.fix = Fmt("Raise the batch size x%.0f %s; scale the learning rate with it.", k, why.c_str());
+    x.fix_value = {{"batch_size_factor", k}};
+  }
+  return x;
+}
+
+std::optional<Finding> ParallelismRule(const Features& f, const AnalysisOptions&) {
+  if (FindDataWait(f)) return std::nullopt;
+  // Time the other rules already explain.
+  const double explained = f.data_wait_s.value_or(0) + f.copy_s.value_or(0) + f.comm_s.value_or(0) +
+                           f.checkpoint_s.value_or(0);
+  if (f.gpu_count > 0) {
+    std::optional<double> busy = UsedGpuBusyPct(f);
+    if (!busy || *busy >= kLowDeviceBusyPct) return std::nullopt;
+    if (f.gpu_memory_used_max_pct && *f.gpu_memory_used_max_pct >= kFreeMemoryPct) {
+      return std::nullopt;  // no room for more work per step: memory's finding
+    }
+    Finding x =
+        Make(f, "parallelism",
+             Fmt("GPU busy only %.0f%% with memory to spare: too little work per step", *busy),
+             f.active_s * (1 - *busy / 100) - explained, 0.6);
+    Add(x, "device_busy_pct", *busy, "%", "mean utilization of the GPUs in use");
+    // Memory is not proportional to batch size (weights and optimizer state
+    // stay), so scaling by total/used is a floor; cap it anyway.
+    double k = std::ceil(kTargetBusyPct / std::max(*busy, 1.0));
+    if (f.gpu_memory_used_max_pct && *f.gpu_memory_used_max_pct > 0) {
+      Add(x, "gpu_memory_used_max_pct", *f.gpu_memory_used_max_pct, "%", "peak GPU memory");
+      k = std::min(k, std::floor(0.9 * 100.0 / *f.gpu_memory_used_max_pct));
+    }
+    k = std::clamp(k, 2.0, kMaxBatchFactor);
+    if (f.loader_batch_size) {
+      const double batch = double(*f.loader_batch_size) * k;
+      x.fix =
+          Fmt("Raise the batch size x%.0f to %.0f (memory allows it; check with saturate "
+              "tune, and scale the learning rate), or train data-parallel on fewer GPUs.",
+              k, batch);
+      x.fix_value = {{"batch_size", batch}};
+    } else {
+      x.fix =
+          Fmt("Raise the batch size x%.0f (memory allows it; check with saturate tune), "
+              "fuse small serial operations, or use fewer GPUs.",
+              k);
+      x.fix_value = {{"batch_size_factor", k}};
+    }
+    return x;
+  }
+  return CpuParallelism(f, explained);
+}
+
+std::optional<Finding> CopyRule(const Features& f, const AnalysisOptions&) {
+  if (!f.copy_pct || *f.copy_pct < kPhasePct) return std::nullopt;
+  Finding x = Make(f, "host_to_device_copy",
+                   Fmt("Host-to-device copies take %.0f%% of each step", *f.copy_pct),
+                   f.copy_s.value_or(0), 0.8);
+  Add(x, "copy_pct", *f.copy_pct, "%", "share of step time in copy/h2d phases");
+  x.fix =
+      "Copy from pinned memory with non_blocking=True on a side stream, so the next batch "
+      "moves while this step computes; saturate.Loader(device=\"cuda\") does both.";
+  x.fix_value = {{"pin_memory", 1}};
+  return x;
+}
+
+std::optional<Finding> CheckpointRule(const Features& f, const AnalysisOptions& options) {
+  if (!f.checkpoint_s || f.duration_s <= 0 || f.checkpoints == 0) return std::nullopt;
+  const double pct = 100.0 * *f.checkpoint_s / f.duration_s;
+  if (pct < kCheckpointPct) return std::nullopt;
+  const double cost_s = *f.checkpoint_s / double(f.checkpoints);
+  Finding x = Make(f, "checkpoint_stall",
+                   Fmt("Training stops %.1f s per checkpoint (%.0f%% of the run)", cost_s, pct),
+                   *f.checkpoint_s, 0.9);
+  Add(x, "checkpoints", double(f.checkpoints), "", "checkpoints written on the training thread");
+  Add(x, "checkpoint_cost_s", cost_s, "s", "mean stall per checkpoint");
+  // Young (1974): the interval that minimizes checkpoint cost plus expected
+  // rework, for a cost C and a mean time between failures M: sqrt(2 C M).
+  const double interval_s = std::sqrt(2 * cost_s * options.assumed_mtbf_s);
+  std::string now;
+  if (f.checkpoints > 1 && f.active_s > 0) {
+    now = Fmt(" (now about every %.0f s)", f.active_s / double(f.checkpoints));
+  }
+  x.fix =
+      Fmt("Write checkpoints asynchronously (saturate.Checkpointer snapshots to memory and "
+          "writes in the background), and checkpoint every %.0f s%s: Young's interval "
+          "sqrt(2 x %.1f s x MTBF) with an assumed MTBF of %.0f h.",
+          interval_s, now.c_str(), cost_s, options.assumed_mtbf_s / 3600);
+  x.fix_value = {{"checkpoint_interval_s", interval_s}};
+  return x;
+}
+
+std::optional<Finding> ThrottlingRule(const Features& f, const AnalysisOptions&) {
+  if (!f.throttled_pct || *f.throttled_pct <= kThrottledPct) return std::nullopt;
+  const bool measured = f.throttle_clock_loss_pct && *f.throttle_clock_loss_pct > 0;
+  const double loss = measured ? *f.throttle_clock_loss_pct / 100 : kAssumedThrottleLoss;
+  std::string reasons;
+  for (const std::string& r : f.throttle_reasons) reasons += (reasons.empty() ? "" : ", ") + r;
+  const double busy_s = f.active_s * UsedGpuBusyPct(f).value_or(100) / 100;
+  Finding x = Make(f, "throttling",
+                   Fmt("GPU clocks limited by power or temperature in %.0f%% of busy samples (%s)",
+                       *f.throttled_pct, reasons.c_str()),
+                   busy_s * *f.throttled_pct / 100 * loss, measured ? 0.7 : 0.4);
+  Add(x, "throttled_pct", *f.throttled_pct, "%", "busy samples with power/thermal clock limits");
+  Add(x, "clock_loss_pct", loss * 100, "%",
+      measured ? "SM clock below the highest seen, while limited"
+               : "assumed clock loss (no clock readings)");
+  x.fix =
+      "Check cooling and power: nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE; raise the "
+      "power limit if it was lowered (nvidia-smi -pl), clean airflow, or ask the operators.";
+  return x;
+}
+
+std::optional<Finding> CommunicationRule(const Features& f, const AnalysisOptions&) {
+  std::optional<Finding> comm;
+  if (f.comm_pct && *f.comm_pct >= kPhasePct) {
+    // Accumulating k steps without sync divides communication by k; aim at
+    // 5% of step time.
+    const double k = std::min(8.0, std::ceil(*f.comm_pct / 5));
+    comm =
+        Make(f, "communication", Fmt("Ranks spend %.0f%% of each step communicating", *f.comm_pct),
+             f.comm_s.value_or(0), 0.8);
+    Add(*comm, "comm_pct", *f.comm_pct, "%", "share of step time in comm/allreduce phases");
+    comm->fix =
+        Fmt("Overlap gradient all-reduce with backward (DDP buckets, NCCL), and "
+            "accumulate %.0f steps under no_sync() between all-reduces.",
+            k);
+    comm->fix_value = {{"grad_accumulation_steps", k}};
+  }
+  // Imbalance among the GPUs in use: the fast ones wait for the slowest.
+  std::optional<Finding> imbalance;
+  int lo = -1, hi = -1;
+  for (size_t i = 0; i < f.gpu_busy_pct.size(); ++i) {
+    if (i < f.gpu_idle_pct.size() && f.gpu_idle_pct[i] >= kIdleAllocationPct) continue;
+    if (lo < 0 || f.gpu_busy_pct[i] < f.gpu_busy_pct[lo]) lo = int(i);
+    if (hi < 0 || f.gpu_busy_pct[i] > f.gpu_busy_pct[hi]) hi = int(i);
+  }
+  if (lo >= 0 && lo != hi && f.gpu_busy_pct[hi] - f.gpu_busy_pct[lo] > kImbalancePoints) {
+    const double gap = f.gpu_busy_pct[hi] - f.gpu_busy_pct[lo];
+    imbalance = Make(f, "communication",
+                     Fmt("GPUs are unbalanced: GPU %d %.0f%% busy, GPU %d %.0f%%", hi,
+                         f.gpu_busy_pct[hi], lo, f.gpu_busy_pct[lo]),
+                     f.active_s * gap / 100, 0.6);
+    Add(*imbalance, "imbalance_points", gap, "%", "max - min mean utilization across GPUs");
+    imbalance->fix =
+        "Balance the work per rank: shard the data evenly (saturate.Loader shards "
+        "by rank), equal batch sizes, and look for rank-0-only work (logging, "
+        "evaluation) inside the step.";
+  }
+  if (comm && imbalance) return comm->time_lost_s >= imbalance->time_lost_s ? comm : imbalance;
+  return comm ? comm : imbalance;
+}
+
+std::optional<Finding> MemoryRule(const Features& f, const AnalysisOptions&) {
+  const bool failed = f.exit_code && *f.exit_code != 0;
+  const bool gpu_full = f.gpu_memory_used_max_pct && *f.gpu_memory_used_max_pct > kMemoryFullPct;
+  const bool host_full = f.mem_headroom_pct && *f.mem_headroom_pct < 100 - kMemoryFullPct;
+  if (!gpu_full && !host_full) return std::nullopt;
+  Finding x;
+  if (gpu_full) {
+    std::optional<double> busy = UsedGpuBusyPct(f);
+    const double idle = busy ? std::max(0.0, 1 - *busy / kTargetBusyPct) : 0;
+    // A failed run with memory full most likely ran out of it: all lost.
+    x = failed ? Make(f, "memory",
+                      Fmt("The run failed (exit %d) with GPU memory full (peak %.1f%%): likely "
+                          "out of memory",
+                          *f.exit_code, *f.gpu_memory_used_max_pct),
+                      f.duration_s, 0.6)
+               : Make(f, "memory",
+                      Fmt("GPU memory is full (peak %.1f%%): no room for a larger batch",
+                          *f.gpu_memory_used_max_pct),
+                      f.active_s * idle, 0.5);
+    Add(x, "gpu_memory_used_max_pct", *f.gpu_memory_used_max_pct, "%", "peak GPU memory");
+    x.fix =
+        "Free memory for work: mixed precision (bf16 autocast halves activations), "
+        "activation checkpointing, and gradient accumulation (half the batch, 2 steps) "
+        "where a larger effective batch is wanted.";
+    x.fix_value = {{"grad_accumulation_steps", 2}};
+  } else if (failed) {
+    x = Make(f, "memory",
+             Fmt("The run failed (exit %d) with host memory exhausted (%.1f%% available): "
+                 "likely out of memory",
+                 *f.exit_code, *f.mem_headroom_pct),
+             f.duration_s, 0.6);
+  } else {
+    x = Make(f, "memory",
+             Fmt("Host memory nearly exhausted (%.1f%% available at the low point)",
+                 *f.mem_headroom_pct),
+             0, 0.6);
+    x.info = true;  // no time measured, but swapping or an OOM kill is close
+  }
+  if (!gpu_full) {
+    x.fix =
+        "Reduce host memory: fewer loader worker processes (each copies the dataset "
+        "index), memory-mapped datasets instead of in-RAM copies, smaller prefetch.";
+  }
+  if (f.mem_headroom_pct) {
+    Add(x, "mem_headroom_pct", *f.mem_headroom_pct, "%", "lowest host MemAvailable/MemTotal");
+  }
+  return x;
+}
+
+std::optional<Finding> IdleAllocationRule(const Features& f, const AnalysisOptions&) {
+  if (f.gpu_idle_pct.empty() || f.duration_s <= 0) return std::nullopt;
+  int idle = 0;
+  double idle_gpu_s = 0;
+  for (double pct : f.gpu_idle_pct) {
+    if (pct < kIdleAllocationPct) continue;
+    ++idle;
+    idle_gpu_s += f.duration_s * pct / 100;
+  }
+  if (idle == 0) return std::nullopt;
+  const int n = int(f.gpu_idle_pct.size());
+  // Wall time: the idle share of the allocation.
+  Finding x =
+      Make(f, "idle_allocation",
+           idle == n ? Fmt("All %d GPU%s allocated but idle most of the run", n, n > 1 ? "s" : "")
+                     : Fmt("%d of %d GPUs allocated but idle most of the run", idle, n),
+           idle_gpu_s / n, 0.9);
+  Add(x, "idle_gpu_s", idle_gpu_s, "s", "GPU-seconds below 5% utilization");
+  Add(x, "idle_gpus", idle, "", "GPUs idle for more than half the run");
+  if (idle < n) {
+    x.fix =
+        Fmt("Request %d GPU%s instead of %d (or set CUDA_VISIBLE_DEVICES), or use them all "
+            "with data-parallel training. saturate watch --prometheus exports "
+            "DCGM_FI_DEV_GPU_UTIL so the cluster can alert on idle allocations.",
+            n - idle, n - idle > 1 ? "s" : "", n);
+    x.fix_value = {{"gpus", double(n - idle)}};
+  } else {
+    x.fix =
+        "Release the GPUs while the job does not use them (CPU-only stages as their own "
+        "job), and export saturate watch --prometheus to the cluster's monitoring so idle "
+        "allocations raise alerts.";
+  }
+  return x;
+}
+
+// Only with evidence: a user "model" counter saying the math runs in fp32.
+std::optional<Finding> ModelConfigRule(const Features& f, const AnalysisOptions&) {
+  if (f.gpu_count == 0 || !f.precision_bits || *f.precision_bits < 32) return std::nullopt;
+  const double busy = UsedGpuBusyPct(f).value_or(0);
+  Finding x = Make(f, "model_config", "The model trains in fp32 where bf16 would do",
+                   f.active_s * busy / 100 * kFp32AssumedGain, 0.4);
+  Add(x, "precision_bits", double(*f.precision_bits), "bits", "from the \"model\" counter");
+  x.fix =
+      "Use mixed precision (torch.autocast with bfloat16) so matrix math runs on tensor "
+      "cores; keep shapes multiples of 8 and use channels_last for convolutions. The time "
+      "lost assumes a conservative 30% saving of GPU time.";
+  x.fix_value = {{"precision_bits", 16}};
+  return x;
+}
+
+// Advice, not a measured loss: without step marks doctor cannot split the
+// time, so say how to get them, but only when something looks off.
+std::optional<Finding> MonitoringRule(const Features& f, const AnalysisOptions&) {
+  if (f.steps > 0 || f.has_spans) return std::nullopt;
+  if (f.gpu_count > 0 && f.device_busy_pct && *f.device_busy_pct >= 80) return std::nullopt;
+  Finding x =
+      Make(f, "monitoring", "No step marks or phases: doctor cannot split step time", 0, 1.0);
+  x.info = true;
+  if (f.device_busy_pct) Add(x, "device_busy_pct", *f.device_busy_pct, "%", "mean GPU busy");
+  x.fix =
+      "Mark each step with saturate.step() and the phases with `with "
+      "saturate.phase(\"forward\"):` (data, forward, backward, optimizer, copy, comm, "
+      "checkpoint), or load data with saturate.Loader, which records its waits.";
+  return x;
+}
+
+using Rule = std::optional<Finding> (*)(const Features&, const AnalysisOptions&);
+
+const std::vector<Rule>& Rules() {
+  static const std::vector<Rule> rules = {InputPipelineRule,  IoBoundRule,       CpuContentionRule,
+                                          ParallelismRule,    CopyRule,          CheckpointRule,
+                                          ThrottlingRule,     CommunicationRule, MemoryRule,
+                                          IdleAllocationRule, ModelConfigRule,   MonitoringRule};
+  return rules;
+}
+
+nlohmann::json FindingJson(const Finding& x) {
+  nlohmann::json evidence = nlohmann::json::array();
+  for (const Evidence& e : x.evidence) {
+    evidence.push_back({{"key", e.key}, {"value", e.value}, {"unit", e.unit}, {"text", e.text}});
+  }
+  nlohmann::json fix_value = nullptr;
+  if (x.fix_value) fix_value = {{x.fix_value->first, x.fix_value->second}};
+  return {{"cause", x.cause},
+          {"title", x.title},
+          {"time_lost_s", x.time_lost_s},
+          {"time_lost_pct", x.time_lost_pct},
+          {"evidence", std::move(evidence)},
+          {"fix", x.fix},
+          {"fix_value", std::move(fix_value)},
+          {"confidence", x.confidence},
+          {"info", x.info}};
+}
+
+}  // namespace
+
+// The rules read Features only; the Run stays in the signature for rules that
+// will need raw spans or samples.
+std::vector<Finding> Diagnose(const Run& /*run*/, const Features& features,
+                              const AnalysisOptions& options) {
+  std::vector<Finding> ranked, info;
+  for (const Rule& rule : Rules()) {
+    std::optional<Finding> x = rule(features, options);
+    if (!x) continue;
+    if (x->info) {
+      info.push_back(std::move(*x));
+    } else if (x->time_lost_pct >= options.min_time_lost_pct) {
+      ranked.push_back(std::move(*x));
+    }
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Finding& a, const Finding& b) {
+    return a.time_lost_s > b.time_lost_s;
+  });
+  ranked.insert(ranked.end(), std::make_move_iterator(info.begin()),
+                std::make_move_iterator(info.end()));
+  return ranked;
+}
+
+Analysis Analyze(const Run& run, const AnalysisOptions& options) {
+  Analysis a;
+  a.features = ComputeFeatures(run);
+  a.findings = Diagnose(run, a.features, options);
+  a.min_time_lost_pct = options.min_time_lost_pct;
+  return a;
+}
+
+nlohmann::json AnalysisJson(const Run& run, const Analysis& analysis) {
+  nlohmann::json findings = nlohmann::json::array();
+  for (const Finding& x : analysis.findings) findings.push_back(FindingJson(x));
+  return {{"run", run.meta.dir},
+          {"duration_s", analysis.features.duration_s},
+          {"features", analysis.features.ToJson()},
+          {"findings", std::move(findings)}};
+}
+
+}  // namespace saturate::doctor

@@ -1,0 +1,426 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "doctor/analysis.h"
+#include "doctor/testing.h"
+
+namespace saturate::doctor {
+namespace {
+
+using testing::kGiB;
+using testing::Phase;
+using testing::RunBuilder;
+
+std::string Describe(const std::vector<Finding>& findings) {
+  std::string out;
+  for (const Finding& x : findings) {
+    out +=
+        x.cause + " (" + std::to_string(x.time_lost_pct) + "%): " + x.title + " | " + x.fix + "\n";
+  }
+  return out.empty() ? "no findings" : out;
+}
+
+const Finding* Find(const std::vector<Finding>& findings, const std::string& cause) {
+  for (const Finding& x : findings) {
+    if (x.cause == cause) return &x;
+  }
+  return nullptr;
+}
+
+double FixValue(const Finding& x, const std::string& name) {
+  if (!x.fix_value || x.fix_value->first != name) {
+    ADD_FAILURE() << x.cause << ": no fix_value " << name;
+    return -1;
+  }
+  return x.fix_value->second;
+}
+
+// A loader that decoded every sample of `steps` batches at `cpu_ms` each.
+std::map<std::string, int64_t> LoaderStats(int steps, int64_t batch, int64_t threads,
+                                           int64_t prefetch, double read_ms, double decode_ms) {
+  const int64_t samples = steps * batch;
+  return {{"batch_size", batch},
+          {"threads", threads},
+          {"prefetch", prefetch},
+          {"samples", samples},
+          {"read_ns", std::llround(read_ms * 1e6 * samples)},
+          {"decode_ns", std::llround(decode_ms * 1e6 * samples)},
+          {"transform_ns", 0}};
+}
+
+// A well-fed GPU: short data waits, busy 90-98%, CPUs with room.
+RunBuilder HealthyGpu(std::mt19937& rng) {
+  std::uniform_real_distribution<double> wait_ms(0.5, 8), util(88, 99);
+  RunBuilder b;
+  b.Gpus(1);
+  for (int i = 0; i < 60; ++i) {
+    b.Steps(1, {{"data", 0.01, SpanKind::kUser, "data_wait", wait_ms(rng) / 1000},
+                {"forward", 0.1},
+                {"backward", 0.2},
+                {"optimizer", 0.02}});
+  }
+  b.Loader(LoaderStats(60, 256, 8, 4, 0.1, 1.0))
+      .Samples([&rng, util](double, SamplePoint& s) mutable {
+        s.cpu_busy_pct = 45;
+        s.tree_cpu_pct = 650;
+        s.gpus[0].util_pct = util(rng);
+      });
+  return b;
+}
+
+TEST(RulesTest, AHealthyGpuRunHasNoFinding) {
+  for (int seed = 1; seed <= 5; ++seed) {
+    std::mt19937 rng(seed);
+    RunBuilder b = HealthyGpu(rng);
+    Analysis a = Analyze(b.Build());
+    EXPECT_TRUE(a.findings.empty()) << "seed " << seed << ": " << Describe(a.findings);
+  }
+}
+
+TEST(RulesTest, AHealthyCpuRunHasNoFinding) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> wait_ms(0, 10), busy(70, 95);
+  RunBuilder b;
+  for (int i = 0; i < 40; ++i) {
+    b.Steps(1, {{"data_wait", wait_ms(rng) / 1000, SpanKind::kLoader},
+                {"forward", 0.3},
+                {"backward", 0.4}});
+  }
+  b.Samples([&](double, SamplePoint& s) {
+    s.cpu_busy_pct = busy(rng);
+    s.tree_cpu_pct = s.cpu_busy_pct * 16 - 50;  // the job is the machine's load
+  });
+  Analysis a = Analyze(b.Build());
+  EXPECT_TRUE(a.findings.empty()) << Describe(a.findings);
+}
+
+// One decode thread at 2 ms a sample delivers 500 samples/s; the step
+// computes 256 samples in 0.2 s (1280/s), so it waits 0.31 s each step.
+// Threads needed: ceil(2 ms x 1280/s) = 3.
+Run StarvedByTheLoader() {
+  RunBuilder b;
+  b.Gpus(1)
+      .Steps(40, {{"data_wait", 0.312, SpanKind::kLoader}, {"forward", 0.1}, {"backward", 0.1}})
+      .Loader(LoaderStats(40, 256, /*threads=*/1, /*prefetch=*/1, 0.2, 1.8));
+  b.Samples([&b](double t, SamplePoint& s) {
+    s.cpu_busy_pct = 20;
+    s.tree_cpu_pct = 200;
+    s.gpus[0].util_pct = b.InPhase(t, "data_wait") ? 0 : 97;
+  });
+  return b.Build();
+}
+
+TEST(RulesTest, InputPipelineComputesTheLoaderThreads) {
+  Analysis a = Analyze(StarvedByTheLoader());
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& top = a.findings[0];
+  EXPECT_EQ(top.cause, "input_pipeline") << Describe(a.findings);
+  EXPECT_EQ(FixValue(top, "threads"), 3);
+  EXPECT_NE(top.fix.find("threads=3"), std::string::npos) << top.fix;
+  EXPECT_NE(top.fix.find("prefetch >= 2"), std::string::npos) << top.fix;
+  EXPECT_NEAR(top.time_lost_s, 39 * 0.312, 0.01);
+  EXPECT_NEAR(top.time_lost_pct, 100 * 39 * 0.312 / a.features.duration_s, 0.01);
+  EXPECT_GE(top.confidence, 0.8);
+  EXPECT_EQ(Find(a.findings, "parallelism"), nullptr);
+  EXPECT_EQ(Find(a.findings, "io_bound"), nullptr);
+}
+
+TEST(RulesTest, InputPipelineSaysWhenTheMachineCannotKeepUp) {
+  RunBuilder b;
+  b.Cpus(4)
+      .Steps(40, {{"data_wait", 0.3, SpanKind::kLoader}, {"forward", 0.2}})
+      .Loader(LoaderStats(40, 256, 2, 2, 1, 19))
+      .Samples([](double, SamplePoint& s) {
+        s.cpu_busy_pct = 95;
+        s.tree_cpu_pct = 360;
+      });
+  Analysis a = Analyze(b.Build());
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& top = a.findings[0];
+  EXPECT_EQ(top.cause, "input_pipeline") << Describe(a.findings);
+  // 20 ms x 1280/s would be 26 threads on a 4-core machine: plan for what
+  // the cores sustain, and cut the cost.
+  EXPECT_GT(FixValue(top, "threads"), 2);
+  EXPECT_LE(FixValue(top, "threads"), 4);
+  EXPECT_NE(top.fix.find("all 4 free cores can feed"), std::string::npos) << top.fix;
+  EXPECT_NE(top.fix.find("saturate pack"), std::string::npos) << top.fix;
+  EXPECT_EQ(top.fix.find("prefetch >= 2"), std::string::npos) << top.fix;
+}
+
+TEST(RulesTest, IoBoundWhenReadsDominateAndTheCpusIdle) {
+  RunBuilder b;
+  b.Gpus(1)
+      .Steps(40, {{"data_wait", 0.312, SpanKind::kLoader}, {"forward", 0.2}})
+      // 4 threads, all busy, but in read(): waiting, not computing.
+      .Loader(LoaderStats(40, 256, 4, 2, /*read_ms=*/8, /*decode_ms=*/1))
+      .Samples([](double, SamplePoint& s) {
+        s.cpu_busy_pct = 15;
+        s.tree_cpu_pct = 150;
+        s.disk_read_bytes_per_s = 50e6;
+      });
+  Analysis a = Analyze(b.Build());
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& top = a.findings[0];
+  EXPECT_EQ(top.cause, "io_bound") << Describe(a.findings);
+  // 50 MB/s x 0.512 s / 0.2 s computing.
+  EXPECT_NEAR(FixValue(top, "read_mb_per_s"), 128, 0.5);
+  EXPECT_NE(top.fix.find("50 MB/s"), std::string::npos) << top.fix;
+  EXPECT_EQ(Find(a.findings, "input_pipeline"), nullptr);
+}
+
+// No spans at all: nvidia-smi's 0 -> 99 -> 0 is the evidence.
+RunBuilder UninstrumentedSawTooth(double cpu_busy_pct, double iowait_pct, double tree_pct) {
+  RunBuilder b;
+  b.Gpus(1).Pause(30).Samples([=](double t, SamplePoint& s) {
+    s.gpus[0].util_pct = std::fmod(t, 1.5) >= 1.0 ? 1 : 97;
+    s.cpu_busy_pct = cpu_busy_pct;
+    s.cpu_iowait_pct = iowait_pct;
+    s.tree_cpu_pct = tree_pct;
+  });
+  return b;
+}
+
+TEST(RulesTest, SawToothWithBusyCpusIsTheInputPipeline) {
+  Analysis a = Analyze(UninstrumentedSawTooth(95, 0.5, 1500).Build());
+  ASSERT_GE(a.findings.size(), 2u);
+  EXPECT_EQ(a.findings[0].cause, "input_pipeline") << Describe(a.findings);
+  EXPECT_NEAR(a.findings[0].time_lost_s, 21 * 0.5, 0.01);
+  EXPECT_LT(a.findings[0].confidence, 0.8);  // inferred, not measured on the thread
+  EXPECT_EQ(a.findings.back().cause, "monitoring");
+  EXPECT_TRUE(a.findings.back().info);
+}
+
+TEST(RulesTest, SawToothWithIowaitIsIoBound) {
+  Analysis a = Analyze(UninstrumentedSawTooth(20, 30, 80).Build());
+  ASSERT_FALSE(a.findings.empty());
+  EXPECT_EQ(a.findings[0].cause, "io_bound") << Describe(a.findings);
+}
+
+TEST(RulesTest, CpuContentionNamesTheCoresTakenAndTheThreadsThatFit) {
+  RunBuilder b;
+  b.Steps(40, {{"data_wait", 0.3, SpanKind::kLoader}, {"forward", 0.2}})
+      .Loader(LoaderStats(40, 256, 8, 2, 0.1, 0.9))
+      .Samples([](double, SamplePoint& s) {
+        s.cpu_busy_pct = 95;  // 15.2 cores, 3 of them the job's
+        s.tree_cpu_pct = 300;
+      });
+  Analysis a = Analyze(b.Build());
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& top = a.findings[0];
+  EXPECT_EQ(top.cause, "cpu_contention") << Describe(a.findings);
+  EXPECT_NE(top.title.find("12.2 of 16"), std::string::npos) << top.title;
+  // 16 - 12.2 others - 2.5 for the training compute.
+  EXPECT_EQ(FixValue(top, "threads"), 1);
+  EXPECT_EQ(Find(a.findings, "input_pipeline"), nullptr);  // counted once
+}
+
+TEST(RulesTest, ParallelismOnAGpuSuggestsABatchThatFits) {
+  RunBuilder b;
+  b.Gpus(1)
+      .Steps(40, {{"data_wait", 0.002, SpanKind::kLoader}, {"forward", 0.05}, {"backward", 0.1}})
+      .Loader(LoaderStats(40, 32, 4, 2, 0.1, 0.5))
+      .Samples([](double, SamplePoint& s) {
+        s.gpus[0].util_pct = 35;
+        s.gpus[0].memory_used_bytes = 8 * kGiB;  // of 80
+      });
+  Analysis a = Analyze(b.Build());
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& top = a.findings[0];
+  EXPECT_EQ(top.cause, "parallelism") << Describe(a.findings);
+  // ceil(90 / 35) = 3 reaches the target; memory would allow 9.
+  EXPECT_EQ(FixValue(top, "batch_size"), 96);
+  EXPECT_GT(top.time_lost_pct, 40);
+}
+
+TEST(RulesTest, ParallelismOnCpusCountsIdleCoresAndMemory) {
+  RunBuilder b;
+  b.Steps(100, {{"data_wait", 0.0005, SpanKind::kLoader}, {"forward", 0.02}, {"backward", 0.03}})
+      .Loader(LoaderStats(100, 16, 2, 2, 0.01, 0.1))
+      .Samples([](double, SamplePoint& s) {
+        s.cpu_busy_pct = 10;
+        s.tree_cpu_pct = 150;
+      });
+  Analysis a = Analyze(b.Build());
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& top = a.findings[0];
+  EXPECT_EQ(top.cause, "parallelism") << Describe(a.findings);
+  // Cores allow x8 (capped), memory x7: 32 GiB free over 4 GiB held, 80% of it.
+  EXPECT_EQ(FixValue(top, "batch_size"), 16 * 7);
+}
+
+TEST(RulesTest, ParallelismOnCpusFromFixedPerStepCosts) {
+  // Every core busy, but a third of each 3 ms step is the optimizer: a tiny batch.
+  RunBuilder b;
+  b.Cpus(2)
+      .Steps(200, {{"data_wait", 0.00001, SpanKind::kLoader},
+                   {"forward", 0.001},
+                   {"backward", 0.001},
+                   {"optimizer", 0.001}})
+      .Loader(LoaderStats(200, 2, 1, 2, 0.01, 0.1))
+      .Samples([](double, SamplePoint& s) {
+        s.cpu_busy_pct = 95;
+        s.tree_cpu_pct = 190;
+      });
+  Analysis a = Analyze(b.Build());
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& top = a.findings[0];
+  EXPECT_EQ(top.cause, "parallelism") << Describe(a.findings);
+  EXPECT_NE(top.title.find("Fixed per-step costs"), std::string::npos) << top.title;
+  // 9 x (1/3) / (2/3) = 4.5 -> x5 brings the fixed share to about 10%.
+  EXPECT_EQ(FixValue(top, "batch_size"), 2 * 5);
+  // Lost: a third of the steps' time, less the fifth a x5 batch still pays.
+  EXPECT_NEAR(top.time_lost_s, a.features.active_s / 3 * 0.8, 0.01);
+}
+
+TEST(RulesTest, HostToDeviceCopy) {
+  RunBuilder b;
+  b.Gpus(1).Steps(40, {{"h2d", 0.1}, {"forward", 0.2}, {"backward", 0.2}});
+  Analysis a = Analyze(b.Build());
+  ASSERT_FALSE(a.findings.empty());
+  EXPECT_EQ(a.findings[0].cause, "host_to_device_copy") << Describe(a.findings);
+  EXPECT_NEAR(a.findings[0].time_lost_s, 39 * 0.1, 1e-6);
+  EXPECT_NE(a.findings[0].fix.find("pinned"), std::string::npos);
+}
+
+TEST(RulesTest, CheckpointStallUsesYoungsInterval) {
+  RunBuilder b;
+  b.Gpus(1).Steps(20, {{"forward", 1}});
+  for (int i = 0; i < 2; ++i) {
+    b.AddSpan("checkpoint", SpanKind::kCheckpoint, RunBuilder::kPid, RunBuilder::kTid, b.now_s(),
+              5);
+    b.Pause(5).Steps(20, {{"forward", 1}});
+  }
+  Analysis a = Analyze(b.Build());
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& top = a.findings[0];
+  EXPECT_EQ(top.cause, "checkpoint_stall") << Describe(a.findings);
+  EXPECT_NEAR(top.time_lost_s, 10, 1e-6);
+  EXPECT_NEAR(FixValue(top, "checkpoint_interval_s"), std::sqrt(2 * 5 * 86400.0), 0.01);
+  EXPECT_NE(top.fix.find("assumed MTBF of 24 h"), std::string::npos) << top.fix;
+}
+
+TEST(RulesTest, ThrottlingFromPowerCapsAndClocks) {
+  RunBuilder b;
+  b.Gpus(1).Steps(40, {{"forward", 0.5}}).Samples([](double t, SamplePoint& s) {
+    if (std::fmod(t, 1.0) < 0.6) {
+      s.gpus[0].clocks_event_reasons = {"sw_power_cap"};
+      s.gpus[0].sm_clock_mhz = 1485;
+    }
+  });
+  Analysis a = Analyze(b.Build());
+  const Finding* x = Find(a.findings, "throttling");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  // ~60% of busy time at 25% lower clocks.
+  EXPECT_NEAR(x->time_lost_pct, 0.95 * 60 * 0.25, 3);
+  EXPECT_NE(x->title.find("sw_power_cap"), std::string::npos);
+}
+
+TEST(RulesTest, CommunicationFromTheAllReducePhase) {
+  RunBuilder b;
+  b.Gpus(2).Steps(40, {{"forward", 0.3}, {"backward", 0.3}, {"allreduce", 0.4}});
+  Analysis a = Analyze(b.Build());
+  ASSERT_FALSE(a.findings.empty());
+  EXPECT_EQ(a.findings[0].cause, "communication") << Describe(a.findings);
+  EXPECT_EQ(FixValue(a.findings[0], "grad_accumulation_steps"), 8);
+}
+
+TEST(RulesTest, CommunicationFromUnbalancedGpus) {
+  RunBuilder b;
+  b.Gpus(2).Steps(40, {{"forward", 0.5}}).Samples([](double, SamplePoint& s) {
+    s.gpus[1].util_pct = 50;
+  });
+  Analysis a = Analyze(b.Build());
+  ASSERT_FALSE(a.findings.empty());
+  EXPECT_EQ(a.findings[0].cause, "communication") << Describe(a.findings);
+  EXPECT_NE(a.findings[0].title.find("unbalanced"), std::string::npos);
+}
+
+TEST(RulesTest, MemoryFullInAFailedRunCostsTheWholeRun) {
+  RunBuilder b;
+  b.Gpus(1).ExitCode(1).Steps(10, {{"forward", 0.5}}).Samples([](double, SamplePoint& s) {
+    s.gpus[0].memory_used_bytes = 79 * kGiB;
+  });
+  Analysis a = Analyze(b.Build());
+  ASSERT_FALSE(a.findings.empty());
+  EXPECT_EQ(a.findings[0].cause, "memory") << Describe(a.findings);
+  EXPECT_NEAR(a.findings[0].time_lost_pct, 100, 1e-9);
+  EXPECT_NE(a.findings[0].fix.find("mixed precision"), std::string::npos);
+}
+
+TEST(RulesTest, IdleAllocationCountsGpusHeldIdle) {
+  RunBuilder b;
+  b.Gpus(4).Steps(40, {{"forward", 0.5}}).Samples([](double, SamplePoint& s) {
+    for (int g = 1; g < 4; ++g) s.gpus[g].util_pct = 0;
+  });
+  Analysis a = Analyze(b.Build());
+  ASSERT_EQ(a.findings.size(), 1u) << Describe(a.findings);
+  EXPECT_EQ(a.findings[0].cause, "idle_allocation");
+  EXPECT_NEAR(a.findings[0].time_lost_pct, 75, 1e-9);
+  EXPECT_EQ(FixValue(a.findings[0], "gpus"), 1);
+}
+
+TEST(RulesTest, ModelConfigOnlyWithPrecisionEvidence) {
+  std::mt19937 rng(1);
+  RunBuilder b = HealthyGpu(rng);
+  b.Counter("model", {{"precision_bits", 32}});
+  Analysis a = Analyze(b.Build());
+  ASSERT_EQ(a.findings.size(), 1u) << Describe(a.findings);
+  EXPECT_EQ(a.findings[0].cause, "model_config");
+  EXPECT_EQ(FixValue(a.findings[0], "precision_bits"), 16);
+  b.Counter("model", {{"precision_bits", 16}});
+  EXPECT_TRUE(Analyze(b.Build()).findings.empty());
+}
+
+TEST(RulesTest, MonitoringAdviceOnlyWhenUninstrumentedAndUnclear) {
+  RunBuilder cpu;  // nothing to split the time by
+  cpu.Pause(20);
+  Analysis a = Analyze(cpu.Build());
+  ASSERT_EQ(a.findings.size(), 1u) << Describe(a.findings);
+  EXPECT_EQ(a.findings[0].cause, "monitoring");
+  EXPECT_TRUE(a.findings[0].info);
+  EXPECT_EQ(a.findings[0].time_lost_s, 0);
+
+  RunBuilder busy_gpu;  // uninstrumented but plainly healthy
+  busy_gpu.Gpus(1).Pause(20);
+  EXPECT_TRUE(Analyze(busy_gpu.Build()).findings.empty());
+}
+
+TEST(RulesTest, RankedByTimeLostAndThresholded) {
+  RunBuilder b;
+  b.Gpus(1).Steps(40, {{"h2d", 0.06}, {"forward", 0.2}, {"allreduce", 0.14}});
+  Analysis a = Analyze(b.Build());
+  ASSERT_EQ(a.findings.size(), 2u) << Describe(a.findings);
+  EXPECT_EQ(a.findings[0].cause, "communication");
+  EXPECT_EQ(a.findings[1].cause, "host_to_device_copy");
+  EXPECT_GT(a.findings[0].time_lost_s, a.findings[1].time_lost_s);
+
+  AnalysisOptions strict;
+  strict.min_time_lost_pct = 20;  // copy costs ~15%, comm ~34%
+  Analysis b2 = Analyze(b.Build(), strict);
+  ASSERT_EQ(b2.findings.size(), 1u) << Describe(b2.findings);
+  EXPECT_EQ(b2.findings[0].cause, "communication");
+}
+
+TEST(RulesTest, AnalysisJsonHasTheDocumentedShape) {
+  doctor::Run run = StarvedByTheLoader();
+  nlohmann::json j = AnalysisJson(run, Analyze(run));
+  EXPECT_EQ(j["run"], "runs/synthetic");
+  EXPECT_TRUE(j["duration_s"].is_number());
+  EXPECT_TRUE(j["features"]["data_wait_pct"].is_number());
+  ASSERT_FALSE(j["findings"].empty());
+  const nlohmann::json& x = j["findings"][0];
+  EXPECT_EQ(x["cause"], "input_pipeline");
+  EXPECT_EQ(x["fix_value"]["threads"], 3);
+  for (const char* key : {"title", "time_lost_s", "time_lost_pct", "fix", "confidence"}) {
+    EXPECT_TRUE(x.contains(key)) << key;
+  }
+  ASSERT_FALSE(x["evidence"].empty());
+  for (const char* key : {"key", "value", "unit", "text"}) {
+    EXPECT_TRUE(x["evidence"][0].contains(key)) << key;
+  }
+}
+
+}  // namespace
+}  // namespace saturate::doctor

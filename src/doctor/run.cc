@@ -1,0 +1,288 @@
+#include "doctor/run.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include "base/file.h"
+
+namespace saturate::doctor {
+namespace {
+
+using json = nlohmann::json;
+
+// Typed reads that never throw: a missing key or a value of another type is
+// "absent", which is what an optional metric means in docs/watch.md.
+std::optional<double> Num(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+std::optional<int64_t> Int(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  if (it->is_number_float()) return static_cast<int64_t>(it->get<double>());
+  if (it->is_number_unsigned()) return static_cast<int64_t>(it->get<uint64_t>());
+  return it->get<int64_t>();
+}
+
+std::optional<uint64_t> Bytes(const json& j, const char* key) {
+  std::optional<double> v = Num(j, key);
+  if (!v || *v < 0) return std::nullopt;
+  if (auto it = j.find(key); it->is_number_unsigned()) return it->get<uint64_t>();
+  return static_cast<uint64_t>(*v);
+}
+
+std::string Str(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+const json* Obj(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_object() ? &*it : nullptr;
+}
+
+// Integer annotations of a span or counter record; other types are ignored.
+std::map<std::string, int64_t> IntArgs(const json& j) {
+  std::map<std::string, int64_t> args;
+  const json* a = Obj(j, "args");
+  if (!a) return args;
+  for (auto it = a->begin(); it != a->end(); ++it) {
+    if (std::optional<int64_t> v = Int(*a, it.key().c_str())) args[it.key()] = *v;
+  }
+  return args;
+}
+
+Status ParseMeta(const json& j, const std::string& dir, RunMeta* meta) {
+  if (!j.is_object()) return Status::InvalidArgument(dir + "/meta.json: not a JSON object");
+  meta->dir = dir;
+  if (auto it = j.find("command"); it != j.end() && it->is_array()) {
+    for (const json& arg : *it) {
+      if (arg.is_string()) meta->command.push_back(arg.get<std::string>());
+    }
+  }
+  meta->host = Str(j, "host");
+  meta->cpus = static_cast<int>(Int(j, "cpus").value_or(0));
+  meta->mem_total_bytes = Bytes(j, "mem_total_bytes").value_or(0);
+  meta->gpu_status = Str(j, "gpu_status");
+  if (auto it = j.find("gpus"); it != j.end() && it->is_array()) {
+    meta->gpu_count = static_cast<int>(it->size());
+    for (const json& g : *it) {
+      meta->gpu_memory_total_bytes.push_back(
+          g.is_object() ? Bytes(g, "memory_total_bytes").value_or(0) : 0);
+    }
+  }
+  meta->start_unix_ns = Int(j, "start_unix_ns").value_or(0);
+  meta->start_monotonic_ns = Int(j, "start_monotonic_ns").value_or(0);
+  meta->interval_ns = Int(j, "interval_ns").value_or(0);
+  if (std::optional<int64_t> end = Int(j, "end_unix_ns"); end && meta->start_unix_ns > 0) {
+    meta->duration_ns = std::max<int64_t>(0, *end - meta->start_unix_ns);
+  }
+  if (std::optional<int64_t> code = Int(j, "exit_code")) meta->exit_code = static_cast<int>(*code);
+  return Status::OK();
+}
+
+GpuPoint ParseGpu(const json& g) {
+  GpuPoint p;
+  p.index = static_cast<int>(Int(g, "index").value_or(0));
+  auto lost = g.find("lost");
+  p.lost = lost != g.end() && lost->is_boolean() && lost->get<bool>();
+  // The driver's own sub-second samples see the saw-tooth that NVML's
+  // one-window rate smooths away, so prefer them.
+  p.util_pct = Num(g, "util_sampled_pct");
+  if (!p.util_pct) p.util_pct = Num(g, "util_pct");
+  p.memory_used_bytes = Bytes(g, "memory_used_bytes");
+  p.memory_total_bytes = Bytes(g, "memory_total_bytes");
+  p.power_w = Num(g, "power_w");
+  p.pcie_rx_bytes_per_s = Bytes(g, "pcie_rx_bytes_per_s");
+  p.sm_clock_mhz = Num(g, "sm_clock_mhz");
+  if (auto it = g.find("clocks_event_reasons"); it != g.end() && it->is_array()) {
+    for (const json& r : *it) {
+      if (r.is_string()) p.clocks_event_reasons.push_back(r.get<std::string>());
+    }
+  }
+  return p;
+}
+
+Status ParseSample(const json& j, SamplePoint* s) {
+  std::optional<int64_t> t = Int(j, "t_ns");
+  if (!t) return Status::InvalidArgument("no t_ns");
+  s->t_ns = *t;
+  if (const json* host = Obj(j, "host")) {
+    s->cpu_busy_pct = Num(*host, "cpu_busy_pct").value_or(0);
+    s->cpu_iowait_pct = Num(*host, "cpu_iowait_pct").value_or(0);
+    s->mem_available_bytes = Bytes(*host, "mem_available_bytes").value_or(0);
+    s->mem_total_bytes = Bytes(*host, "mem_total_bytes").value_or(0);
+    s->disk_read_bytes_per_s = Num(*host, "disk_read_bytes_per_s").value_or(0);
+  }
+  if (const json* tree = Obj(j, "tree")) {
+    s->tree_cpu_pct = Num(*tree, "cpu_pct");
+    s->tree_rss_bytes = Bytes(*tree, "rss_bytes");
+  }
+  if (auto it = j.find("gpus"); it != j.end() && it->is_array()) {
+    for (const json& g : *it) {
+      if (g.is_object()) s->gpus.push_back(ParseGpu(g));
+    }
+  }
+  return Status::OK();
+}
+
+SpanKind KindOf(const std::string& cat) {
+  if (cat == "loader") return SpanKind::kLoader;
+  if (cat == "checkpoint") return SpanKind::kCheckpoint;
+  return SpanKind::kUser;
+}
+
+// One event of a spans file (docs/trace.md). Unknown phases are skipped so a
+// newer tracer's extra events do not break an older doctor.
+Status ParseSpanEvent(const json& j, int64_t start_monotonic_ns, Run* run,
+                      std::map<int, LoaderCounters>* loaders) {
+  if (!j.is_object()) return Status::InvalidArgument("not a JSON object");
+  const std::string ph = Str(j, "ph");
+  if (ph.empty()) return Status::InvalidArgument("no \"ph\"");
+  if (ph == "M") return Status::OK();
+  if (ph != "X" && ph != "step" && ph != "C") return Status::OK();
+  std::optional<int64_t> ts = Int(j, "ts_ns");
+  if (!ts) return Status::InvalidArgument("no ts_ns");
+  const int64_t t_ns = *ts - start_monotonic_ns;
+  const int pid = static_cast<int>(Int(j, "pid").value_or(0));
+  if (ph == "X") {
+    std::optional<int64_t> dur = Int(j, "dur_ns");
+    if (!dur || *dur < 0) return Status::InvalidArgument("span without a valid dur_ns");
+    Span span;
+    span.name = Str(j, "name");
+    span.kind = KindOf(Str(j, "cat"));
+    span.pid = pid;
+    span.tid = Int(j, "tid").value_or(0);
+    span.start_ns = t_ns;
+    span.dur_ns = *dur;
+    span.args = IntArgs(j);
+    run->spans.push_back(std::move(span));
+  } else if (ph == "step") {
+    run->step_marks_ns[pid].push_back(t_ns);
+  } else {
+    const std::string name = Str(j, "name");
+    if (name == "loader") {
+      LoaderCounters& c = (*loaders)[pid];
+      if (t_ns >= c.t_ns) c = {pid, t_ns, IntArgs(j)};
+    } else if (!name.empty()) {
+      run->counters[name] = IntArgs(j);
+    }
+  }
+  return Status::OK();
+}
+
+// Calls `fn` on each line of a JSON Lines file. A last line that does not
+// parse is a write torn by a crash: skipped, with a warning. Any other bad
+// line is an error naming file:line.
+Status ForEachJsonLine(const std::string& path, std::vector<std::string>* warnings,
+                       const std::function<Status(const json&)>& fn) {
+  SATURATE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  std::vector<std::string_view> lines;
+  std::string_view rest(text);
+  while (!rest.empty()) {
+    size_t nl = rest.find('\n');
+    lines.push_back(rest.substr(0, nl));
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+  }
+  while (!lines.empty() && lines.back().find_first_not_of(" \t\r") == std::string_view::npos) {
+    lines.pop_back();
+  }
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string where = path + ":" + std::to_string(i + 1);
+    if (lines[i].find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    json j = json::parse(lines[i], nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+      if (i + 1 == lines.size()) {
+        warnings->push_back(where + ": skipped a torn last line");
+        break;
+      }
+      return Status::InvalidArgument(where + ": not valid JSON");
+    }
+    Status s = fn(j);
+    if (!s.ok()) return Status::InvalidArgument(where + ": " + s.message());
+  }
+  return Status::OK();
+}
+
+std::vector<std::string> SpanFiles(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("spans-") && name.ends_with(".jsonl")) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The run's length when meta.json has no end (a crashed watcher): the last
+// thing recorded.
+int64_t LastEventNs(const Run& run) {
+  int64_t last = 0;
+  if (!run.samples.empty()) last = run.samples.back().t_ns;
+  for (const Span& s : run.spans) last = std::max(last, s.start_ns + s.dur_ns);
+  for (const auto& [pid, marks] : run.step_marks_ns) {
+    if (!marks.empty()) last = std::max(last, marks.back());
+  }
+  return last;
+}
+
+}  // namespace
+
+Result<Run> LoadRun(const std::string& dir) {
+  Run run;
+  const std::string meta_path = dir + "/meta.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(meta_path, ec)) {
+    return Status::NotFound(meta_path + ": no such file (not a run directory?)");
+  }
+  SATURATE_ASSIGN_OR_RETURN(std::string meta_text, ReadFileToString(meta_path));
+  json meta = json::parse(meta_text, nullptr, /*allow_exceptions=*/false);
+  if (meta.is_discarded()) return Status::InvalidArgument(meta_path + ": not valid JSON");
+  SATURATE_RETURN_IF_ERROR(ParseMeta(meta, dir, &run.meta));
+
+  const std::string samples_path = dir + "/samples.jsonl";
+  if (std::filesystem::exists(samples_path, ec)) {
+    auto add_sample = [&](const json& j) {
+      if (!j.is_object()) return Status::InvalidArgument("not a JSON object");
+      SamplePoint s;
+      Status parsed = ParseSample(j, &s);
+      if (parsed.ok()) run.samples.push_back(std::move(s));
+      return parsed;
+    };
+    SATURATE_RETURN_IF_ERROR(ForEachJsonLine(samples_path, &run.warnings, add_sample));
+  } else {
+    run.warnings.push_back(samples_path + ": missing (no metric samples)");
+  }
+
+  std::map<int, LoaderCounters> loaders;
+  for (const std::string& path : SpanFiles(dir)) {
+    SATURATE_RETURN_IF_ERROR(ForEachJsonLine(path, &run.warnings, [&](const json& j) {
+      return ParseSpanEvent(j, run.meta.start_monotonic_ns, &run, &loaders);
+    }));
+  }
+  for (auto& [pid, counters] : loaders) run.loaders.push_back(std::move(counters));
+
+  std::stable_sort(run.samples.begin(), run.samples.end(),
+                   [](const SamplePoint& a, const SamplePoint& b) { return a.t_ns < b.t_ns; });
+  std::stable_sort(run.spans.begin(), run.spans.end(),
+                   [](const Span& a, const Span& b) { return a.start_ns < b.start_ns; });
+  for (auto& [pid, marks] : run.step_marks_ns) std::sort(marks.begin(), marks.end());
+  if (run.meta.duration_ns <= 0) run.meta.duration_ns = LastEventNs(run);
+  if (auto it = run.counters.find("trace"); it != run.counters.end()) {
+    if (auto d = it->second.find("dropped_events"); d != it->second.end() && d->second > 0) {
+      run.warnings.push_back("the tracer dropped " + std::to_string(d->second) +
+                             " events (buffers full): phase shares may be low");
+    }
+  }
+  return run;
+}
+
+}  // namespace saturate::doctor

@@ -1,0 +1,112 @@
+// Reading a run directory's spans files, and turning them (with the metric
+// samples beside them) into Chrome trace JSON for Perfetto or
+// chrome://tracing: `saturate trace export RUN --chrome out.json`.
+//
+// Three layers, as in watch/procfs.h:
+//  * Parsers: pure functions over the text of one file. A line that does not
+//    parse is Corruption naming the file and line, except the last line of a
+//    file, which a process killed mid-write may have left torn: it is skipped
+//    and counted.
+//  * Readers: find and read RUN/spans-*.jsonl, RUN/samples.jsonl and
+//    RUN/meta.json.
+//  * ChromeTrace(): a pure function from parsed events to the trace JSON.
+//
+// Formats: docs/trace.md (spans) and docs/watch.md (samples, meta.json).
+// Ownership: every type is a plain value. Thread-safety: all functions are
+// reentrant.
+#ifndef SATURATE_TRACE_EXPORT_H_
+#define SATURATE_TRACE_EXPORT_H_
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "saturate/base/status.h"
+
+namespace saturate::trace {
+
+// One line of a spans file.
+struct SpanFileEvent {
+  enum class Type : uint8_t { kMeta, kSpan, kStep, kCounters };
+  Type type = Type::kSpan;
+  std::string name;      // spans and counters
+  std::string category;  // spans: "user", "loader", "checkpoint"
+  std::string comm;      // meta: the process's command name
+  int64_t ts_ns = 0;     // CLOCK_MONOTONIC; 0 for a meta line without one
+  int64_t dur_ns = 0;    // spans
+  uint64_t step = 0;     // step marks
+  int64_t pid = 0;
+  int64_t tid = 0;
+  nlohmann::json args = nlohmann::json::object();  // span args, counter values
+};
+
+struct SpansFile {
+  std::string source;  // the path, for messages
+  std::vector<SpanFileEvent> events;
+  bool torn_last_line = false;  // a last line that did not parse was skipped
+};
+
+// Parses the text of one spans-<pid>.jsonl file. Unknown "ph" values and
+// unknown keys are ignored (newer writers); a line missing a key its "ph"
+// needs is Corruption "SOURCE:LINE: ...".
+Result<SpansFile> ParseSpansFile(std::string_view text, std::string_view source);
+
+// One samples.jsonl line, reduced to what the trace shows.
+struct UtilSample {
+  int64_t t_ns = 0;                              // since the watch started
+  std::optional<double> host_cpu_pct;            // host.cpu_busy_pct
+  std::vector<std::pair<int, double>> gpu_util;  // (index, util_pct) of GPUs that have it
+};
+
+struct UtilSamples {
+  std::vector<UtilSample> samples;
+  bool torn_last_line = false;
+};
+
+// Parses samples.jsonl text (schema: docs/watch.md); same line rules as
+// ParseSpansFile().
+Result<UtilSamples> ParseUtilSamples(std::string_view text, std::string_view source);
+
+// Everything the export reads from a run directory.
+struct RunTrace {
+  std::vector<SpansFile> spans_files;  // by file name
+  UtilSamples util;                    // empty without samples.jsonl
+  // meta.json's start_monotonic_ns: where samples' t_ns count from. Without
+  // it samples cannot be placed on the spans' clock and are left out.
+  std::optional<int64_t> start_monotonic_ns;
+  std::vector<std::string> notes;  // what was skipped, for the user
+};
+
+// Reads RUN/spans-*.jsonl, and RUN/samples.jsonl with RUN/meta.json when
+// present. NotFound when the directory has neither spans nor samples.
+Result<RunTrace> ReadRunTrace(const std::string& run_dir);
+
+// Counts of what went into a trace.
+struct ExportSummary {
+  size_t files = 0;
+  size_t spans = 0;
+  size_t steps = 0;
+  size_t counters = 0;
+  size_t samples = 0;
+  std::vector<std::string> notes;
+};
+
+// The Chrome trace ({"traceEvents": [...], "displayTimeUnit": "ms"}):
+// spans as complete events (ph "X", ts/dur in microseconds), step marks as
+// instant events "step N", counters records as counter events (ph "C"),
+// process names as metadata, and, from the samples, counter tracks
+// "host cpu %" and "gpu N util %" in a process of their own (kWatchPid).
+// Times count from the earliest of the spans and the watch's start.
+inline constexpr int64_t kWatchPid = 2147483646;
+nlohmann::json ChromeTrace(const RunTrace& run, ExportSummary* summary = nullptr);
+
+// ReadRunTrace + ChromeTrace, written to `out_path` atomically.
+Result<ExportSummary> ExportChromeTrace(const std::string& run_dir, const std::string& out_path);
+
+}  // namespace saturate::trace
+
+#endif  // SATURATE_TRACE_EXPORT_H_

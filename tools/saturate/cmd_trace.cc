@@ -1,0 +1,54 @@
+// saturate trace export RUN [--chrome OUT.json]: a run directory's spans (and
+// its utilization samples) as Chrome trace JSON, for https://ui.perfetto.dev
+// or chrome://tracing. The conversion lives in src/trace/export.h.
+#include <iostream>
+
+#include "cli.h"
+#include "trace/export.h"
+
+namespace saturate::cli {
+namespace {
+
+struct TraceExportFlags {
+  std::string run_dir;
+  std::string chrome;  // default RUN/trace.json
+  bool quiet = false;
+};
+
+int RunTraceExport(const TraceExportFlags& f) {
+  const std::string out = f.chrome.empty() ? f.run_dir + "/trace.json" : f.chrome;
+  auto summary = trace::ExportChromeTrace(f.run_dir, out);
+  if (!summary.ok()) return ReportError("trace export", summary.status());
+  for (const std::string& note : summary->notes)
+    std::cerr << "saturate trace export: " << note << "\n";
+  if (!f.quiet) {
+    std::cout << out << ": " << summary->spans << " spans, " << summary->steps << " step marks, "
+              << summary->counters << " counter records from " << summary->files
+              << " spans file(s)";
+    if (summary->samples > 0) std::cout << ", " << summary->samples << " utilization samples";
+    std::cout << "\nopen it in https://ui.perfetto.dev (or chrome://tracing)\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterTrace(CLI::App& app, int* exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "trace", "Work with the step-phase spans a run recorded (RUN/spans-<pid>.jsonl)");
+  cmd->require_subcommand(1);
+
+  auto f = std::make_shared<TraceExportFlags>();
+  CLI::App* exp = cmd->add_subcommand(
+      "export",
+      "Write a run's spans, step marks, loader counters and host/GPU utilization as Chrome "
+      "trace JSON.\n"
+      "  saturate trace export runs/exp1 --chrome exp1.json   # then open it in "
+      "https://ui.perfetto.dev");
+  exp->add_option("RUN", f->run_dir, "Run directory")->required();
+  exp->add_option("--chrome", f->chrome, "Output file (default: RUN/trace.json)");
+  exp->add_flag("-q,--quiet", f->quiet, "Print nothing on success");
+  exp->callback([exit_code, f] { *exit_code = RunTraceExport(*f); });
+}
+
+}  // namespace saturate::cli

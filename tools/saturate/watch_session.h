@@ -1,0 +1,47 @@
+// The watch loop `saturate watch` and `saturate doctor` share: start the
+// command (argv, never a shell) or follow a pid, sample it with a Watcher
+// into a run directory, optionally serve Prometheus and draw the view, and
+// finish the run directory when the command ends.
+#ifndef SATURATE_TOOLS_SATURATE_WATCH_SESSION_H_
+#define SATURATE_TOOLS_SATURATE_WATCH_SESSION_H_
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "saturate/base/status.h"
+
+namespace saturate::cli {
+
+struct WatchFlags {
+  std::string interval = "100ms";
+  std::string out;
+  bool no_record = false;
+  int pid = 0;
+  std::string prometheus;
+  std::string duration;
+  bool no_gpu = false;
+  std::string nvml_library;
+  bool quiet = false;
+  bool no_view = false;
+  std::string refresh = "500ms";
+  std::vector<std::string> command;
+};
+
+// The flags both commands take: --interval, --out, --prometheus, --no-gpu,
+// --nvml-library and the command after --.
+void AddCommonWatchFlags(CLI::App* cmd, WatchFlags* flags);
+
+// "runs/<prefix>-YYYYmmdd-HHMMSS".
+std::string DefaultRunDir(const std::string& prefix);
+
+// Runs the watch until the command or pid ends (or the duration passes, or
+// SIGINT/SIGTERM without a command). The command's environment gets
+// SATURATE_RUN_DIR (absolute) so that the trace library records its spans
+// into the same run directory. `*exit_code` is the command's exit code.
+// Messages are prefixed "saturate <name>:".
+Status RunWatched(const std::string& name, WatchFlags flags, int* exit_code, std::string* run_dir);
+
+}  // namespace saturate::cli
+
+#endif  // SATURATE_TOOLS_SATURATE_WATCH_SESSION_H_
