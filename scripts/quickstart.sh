@@ -49,6 +49,12 @@ $sat bench feed data/fashion-mnist-train.sat --batch 256 --epochs 3 \
 step "train on CPU: fed by saturate, then by torch's DataLoader (examples/compare.py), under saturate watch"
 $sat watch --no-view --out runs/quickstart-train -- .venv/bin/python examples/compare.py --data data
 
+step "doctor: why training waits (the input-bound linear model, fed by torch's DataLoader, then by saturate)"
+for loader in torch saturate; do
+  $sat doctor --out runs/quickstart-doctor-$loader -- .venv/bin/python \
+    examples/train_fashion_mnist.py --model linear --loader $loader --max-steps 200 --data data
+done
+
 step "summary"
 printf '%-30s %9s %10s %7s  %s\n' dataset records size shards schema
 for d in "${datasets[@]}"; do
@@ -60,4 +66,5 @@ done
 echo
 echo "done: inspect one with  $sat inspect data/photos-train.sat"
 echo "      what training did to CPU and memory: runs/quickstart-train/samples.jsonl (docs/watch.md)"
+echo "      doctor's reports: runs/quickstart-doctor-torch/report.html, runs/quickstart-doctor-saturate/report.html"
 echo "      use it from Python:  source .venv/bin/activate; python -c 'import saturate'  (docs/python.md)"

@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "base/file.h"
+#include "base/json_lines.h"
+#include "trace/export.h"
 
 namespace saturate::doctor {
 namespace {
@@ -49,18 +51,16 @@ const json* Obj(const json& j, const char* key) {
 }
 
 // Integer annotations of a span or counter record; other types are ignored.
-std::map<std::string, int64_t> IntArgs(const json& j) {
-  std::map<std::string, int64_t> args;
-  const json* a = Obj(j, "args");
-  if (!a) return args;
-  for (auto it = a->begin(); it != a->end(); ++it) {
-    if (std::optional<int64_t> v = Int(*a, it.key().c_str())) args[it.key()] = *v;
+std::map<std::string, int64_t> IntArgs(const json& args) {
+  std::map<std::string, int64_t> out;
+  for (auto it = args.begin(); it != args.end(); ++it) {
+    if (std::optional<int64_t> v = Int(args, it.key().c_str())) out[it.key()] = *v;
   }
-  return args;
+  return out;
 }
 
 Status ParseMeta(const json& j, const std::string& dir, RunMeta* meta) {
-  if (!j.is_object()) return Status::InvalidArgument(dir + "/meta.json: not a JSON object");
+  if (!j.is_object()) return Status::Corruption(dir + "/meta.json: not a JSON object");
   meta->dir = dir;
   if (auto it = j.find("command"); it != j.end() && it->is_array()) {
     for (const json& arg : *it) {
@@ -112,7 +112,7 @@ GpuPoint ParseGpu(const json& g) {
 
 Status ParseSample(const json& j, SamplePoint* s) {
   std::optional<int64_t> t = Int(j, "t_ns");
-  if (!t) return Status::InvalidArgument("no t_ns");
+  if (!t) return Status::Corruption("no t_ns");
   s->t_ns = *t;
   if (const json* host = Obj(j, "host")) {
     s->cpu_busy_pct = Num(*host, "cpu_busy_pct").value_or(0);
@@ -139,75 +139,43 @@ SpanKind KindOf(const std::string& cat) {
   return SpanKind::kUser;
 }
 
-// One event of a spans file (docs/trace.md). Unknown phases are skipped so a
-// newer tracer's extra events do not break an older doctor.
-Status ParseSpanEvent(const json& j, int64_t start_monotonic_ns, Run* run,
-                      std::map<int, LoaderCounters>* loaders) {
-  if (!j.is_object()) return Status::InvalidArgument("not a JSON object");
-  const std::string ph = Str(j, "ph");
-  if (ph.empty()) return Status::InvalidArgument("no \"ph\"");
-  if (ph == "M") return Status::OK();
-  if (ph != "X" && ph != "step" && ph != "C") return Status::OK();
-  std::optional<int64_t> ts = Int(j, "ts_ns");
-  if (!ts) return Status::InvalidArgument("no ts_ns");
-  const int64_t t_ns = *ts - start_monotonic_ns;
-  const int pid = static_cast<int>(Int(j, "pid").value_or(0));
-  if (ph == "X") {
-    std::optional<int64_t> dur = Int(j, "dur_ns");
-    if (!dur || *dur < 0) return Status::InvalidArgument("span without a valid dur_ns");
-    Span span;
-    span.name = Str(j, "name");
-    span.kind = KindOf(Str(j, "cat"));
-    span.pid = pid;
-    span.tid = Int(j, "tid").value_or(0);
-    span.start_ns = t_ns;
-    span.dur_ns = *dur;
-    span.args = IntArgs(j);
-    run->spans.push_back(std::move(span));
-  } else if (ph == "step") {
-    run->step_marks_ns[pid].push_back(t_ns);
-  } else {
-    const std::string name = Str(j, "name");
-    if (name == "loader") {
-      LoaderCounters& c = (*loaders)[pid];
-      if (t_ns >= c.t_ns) c = {pid, t_ns, IntArgs(j)};
-    } else if (!name.empty()) {
-      run->counters[name] = IntArgs(j);
-    }
+// Adds one event of a spans file (parsed by the trace library, the format's
+// one reader) to the run, on the run's time axis.
+void AddSpanEvent(const trace::SpanFileEvent& e, int64_t start_monotonic_ns, Run* run,
+                  std::map<int, LoaderCounters>* loaders) {
+  using Type = trace::SpanFileEvent::Type;
+  const int64_t t_ns = e.ts_ns - start_monotonic_ns;
+  const int pid = static_cast<int>(e.pid);
+  switch (e.type) {
+    case Type::kMeta:
+      break;
+    case Type::kSpan:
+      run->spans.push_back(
+          Span{e.name, KindOf(e.category), pid, e.tid, t_ns, e.dur_ns, IntArgs(e.args)});
+      break;
+    case Type::kStep:
+      run->step_marks_ns[pid].push_back(t_ns);
+      break;
+    case Type::kCounters:
+      if (e.name == "loader") {
+        LoaderCounters& c = (*loaders)[pid];
+        if (t_ns >= c.t_ns) c = {pid, t_ns, IntArgs(e.args)};
+      } else if (!e.name.empty()) {
+        run->counters[e.name] = IntArgs(e.args);
+      }
+      break;
   }
-  return Status::OK();
 }
 
-// Calls `fn` on each line of a JSON Lines file. A last line that does not
-// parse is a write torn by a crash: skipped, with a warning. Any other bad
-// line is an error naming file:line.
-Status ForEachJsonLine(const std::string& path, std::vector<std::string>* warnings,
-                       const std::function<Status(const json&)>& fn) {
+// Calls `fn` on each object of a JSON Lines file; a torn last line becomes a
+// warning.
+Status ForEachJsonLineOf(const std::string& path, std::vector<std::string>* warnings,
+                         const std::function<Status(const json&)>& fn) {
   SATURATE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  std::vector<std::string_view> lines;
-  std::string_view rest(text);
-  while (!rest.empty()) {
-    size_t nl = rest.find('\n');
-    lines.push_back(rest.substr(0, nl));
-    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
-  }
-  while (!lines.empty() && lines.back().find_first_not_of(" \t\r") == std::string_view::npos) {
-    lines.pop_back();
-  }
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const std::string where = path + ":" + std::to_string(i + 1);
-    if (lines[i].find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    json j = json::parse(lines[i], nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
-      if (i + 1 == lines.size()) {
-        warnings->push_back(where + ": skipped a torn last line");
-        break;
-      }
-      return Status::InvalidArgument(where + ": not valid JSON");
-    }
-    Status s = fn(j);
-    if (!s.ok()) return Status::InvalidArgument(where + ": " + s.message());
-  }
+  bool torn = false;
+  SATURATE_RETURN_IF_ERROR(ForEachJsonLine(
+      text, path, [&](const json& j, size_t) { return fn(j); }, &torn));
+  if (torn) warnings->push_back(path + ": skipped a torn last line");
   return Status::OK();
 }
 
@@ -245,28 +213,30 @@ Result<Run> LoadRun(const std::string& dir) {
   }
   SATURATE_ASSIGN_OR_RETURN(std::string meta_text, ReadFileToString(meta_path));
   json meta = json::parse(meta_text, nullptr, /*allow_exceptions=*/false);
-  if (meta.is_discarded()) return Status::InvalidArgument(meta_path + ": not valid JSON");
+  if (meta.is_discarded()) return Status::Corruption(meta_path + ": not valid JSON");
   SATURATE_RETURN_IF_ERROR(ParseMeta(meta, dir, &run.meta));
 
   const std::string samples_path = dir + "/samples.jsonl";
   if (std::filesystem::exists(samples_path, ec)) {
     auto add_sample = [&](const json& j) {
-      if (!j.is_object()) return Status::InvalidArgument("not a JSON object");
       SamplePoint s;
       Status parsed = ParseSample(j, &s);
       if (parsed.ok()) run.samples.push_back(std::move(s));
       return parsed;
     };
-    SATURATE_RETURN_IF_ERROR(ForEachJsonLine(samples_path, &run.warnings, add_sample));
+    SATURATE_RETURN_IF_ERROR(ForEachJsonLineOf(samples_path, &run.warnings, add_sample));
   } else {
     run.warnings.push_back(samples_path + ": missing (no metric samples)");
   }
 
   std::map<int, LoaderCounters> loaders;
   for (const std::string& path : SpanFiles(dir)) {
-    SATURATE_RETURN_IF_ERROR(ForEachJsonLine(path, &run.warnings, [&](const json& j) {
-      return ParseSpanEvent(j, run.meta.start_monotonic_ns, &run, &loaders);
-    }));
+    SATURATE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+    SATURATE_ASSIGN_OR_RETURN(trace::SpansFile file, trace::ParseSpansFile(text, path));
+    if (file.torn_last_line) run.warnings.push_back(path + ": skipped a torn last line");
+    for (const trace::SpanFileEvent& e : file.events) {
+      AddSpanEvent(e, run.meta.start_monotonic_ns, &run, &loaders);
+    }
   }
   for (auto& [pid, counters] : loaders) run.loaders.push_back(std::move(counters));
 

@@ -125,24 +125,25 @@ TEST(LoadRunTest, SkipsATornLastLineWithAWarning) {
   EXPECT_EQ(run.samples.size(), 1u);
   EXPECT_EQ(run.spans.size(), 3u);
   ASSERT_EQ(run.warnings.size(), 2u);
-  EXPECT_NE(run.warnings[0].find("samples.jsonl:2: skipped a torn last line"), std::string::npos)
+  EXPECT_NE(run.warnings[0].find("samples.jsonl: skipped a torn last line"), std::string::npos)
       << run.warnings[0];
-  EXPECT_NE(run.warnings[1].find("spans-7.jsonl:10"), std::string::npos) << run.warnings[1];
+  EXPECT_NE(run.warnings[1].find("spans-7.jsonl: skipped a torn last line"), std::string::npos)
+      << run.warnings[1];
 }
 
 TEST(LoadRunTest, ABadLineInTheMiddleNamesFileAndLine) {
   TempDir dir;
   Write(dir.Join("meta.json"), kMeta);
   Write(dir.Join("samples.jsonl"), SampleLine(100, 1) + "\n{oops\n" + SampleLine(200, 1) + "\n");
-  EXPECT_TRUE(HasError(LoadRun(dir.path()).status(), StatusCode::kInvalidArgument,
-                       {"samples.jsonl:2", "not valid JSON"}));
+  EXPECT_TRUE(HasError(LoadRun(dir.path()).status(), StatusCode::kCorruption,
+                       {"samples.jsonl:2", "not a JSON object"}));
 }
 
 TEST(LoadRunTest, ASpanWithoutTimestampNamesFileAndLine) {
   TempDir dir;
   Write(dir.Join("meta.json"), kMeta);
   Write(dir.Join("spans-9.jsonl"), "{\"ph\":\"X\",\"name\":\"f\",\"dur_ns\":1}\n{\"ph\":\"M\"}\n");
-  EXPECT_TRUE(HasError(LoadRun(dir.path()).status(), StatusCode::kInvalidArgument,
+  EXPECT_TRUE(HasError(LoadRun(dir.path()).status(), StatusCode::kCorruption,
                        {"spans-9.jsonl:1", "ts_ns"}));
 }
 
@@ -152,10 +153,10 @@ TEST(LoadRunTest, MissingMetaIsNotFound) {
       HasError(LoadRun(dir.path()).status(), StatusCode::kNotFound, {dir.Join("meta.json")}));
 }
 
-TEST(LoadRunTest, UnreadableMetaIsInvalidArgument) {
+TEST(LoadRunTest, UnreadableMetaIsCorruption) {
   TempDir dir;
   Write(dir.Join("meta.json"), "{");
-  EXPECT_TRUE(HasError(LoadRun(dir.path()).status(), StatusCode::kInvalidArgument,
+  EXPECT_TRUE(HasError(LoadRun(dir.path()).status(), StatusCode::kCorruption,
                        {"meta.json", "not valid JSON"}));
 }
 

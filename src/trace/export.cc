@@ -7,33 +7,12 @@
 #include <set>
 
 #include "base/file.h"
+#include "base/json_lines.h"
 
 namespace saturate::trace {
 namespace {
 
 using json = nlohmann::json;
-
-// Calls `fn(line, line_number, is_last)` for each non-empty line of `text`.
-template <typename Fn>
-Status ForEachLine(std::string_view text, Fn&& fn) {
-  std::vector<std::pair<std::string_view, size_t>> lines;
-  size_t number = 0;
-  while (!text.empty()) {
-    const size_t end = text.find('\n');
-    std::string_view line = text.substr(0, end);
-    text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
-    ++number;
-    if (line.find_first_not_of(" \t\r") != std::string_view::npos) lines.emplace_back(line, number);
-  }
-  for (size_t i = 0; i < lines.size(); ++i) {
-    SATURATE_RETURN_IF_ERROR(fn(lines[i].first, lines[i].second, i + 1 == lines.size()));
-  }
-  return Status::OK();
-}
-
-std::string Where(std::string_view source, size_t line) {
-  return std::string(source) + ":" + std::to_string(line);
-}
 
 // The integer at `key`, or an error message.
 Result<int64_t> GetInt(const json& j, const char* key) {
@@ -101,21 +80,6 @@ Result<bool> ParseSpanEvent(const json& j, SpanFileEvent* e) {
   return true;
 }
 
-// Parses one line as a JSON object. Sets *torn (and returns OK) when it is
-// the last line and does not parse.
-Result<json> ParseLine(std::string_view line, std::string_view source, size_t number, bool last,
-                       bool* torn) {
-  json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    if (last) {
-      *torn = true;
-      return json();
-    }
-    return Status::Corruption(Where(source, number) + ": not a JSON object");
-  }
-  return j;
-}
-
 double Micros(int64_t ns, int64_t t0_ns) { return static_cast<double>(ns - t0_ns) / 1000.0; }
 
 std::string GpuTrackName(int index) { return "gpu " + std::to_string(index) + " util %"; }
@@ -125,45 +89,44 @@ std::string GpuTrackName(int index) { return "gpu " + std::to_string(index) + " 
 Result<SpansFile> ParseSpansFile(std::string_view text, std::string_view source) {
   SpansFile file;
   file.source = std::string(source);
-  Status st = ForEachLine(text, [&](std::string_view line, size_t number, bool last) -> Status {
-    SATURATE_ASSIGN_OR_RETURN(json j, ParseLine(line, source, number, last, &file.torn_last_line));
-    if (j.is_null()) return Status::OK();
-    SpanFileEvent e;
-    auto known = ParseSpanEvent(j, &e);
-    if (!known.ok()) return known.status().WithContext(Where(source, number));
-    if (*known) file.events.push_back(std::move(e));
-    return Status::OK();
-  });
+  Status st = ForEachJsonLine(
+      text, source,
+      [&](const json& j, size_t) -> Status {
+        SpanFileEvent e;
+        SATURATE_ASSIGN_OR_RETURN(const bool known, ParseSpanEvent(j, &e));
+        if (known) file.events.push_back(std::move(e));
+        return Status::OK();
+      },
+      &file.torn_last_line);
   if (!st.ok()) return st;
   return file;
 }
 
 Result<UtilSamples> ParseUtilSamples(std::string_view text, std::string_view source) {
   UtilSamples out;
-  Status st = ForEachLine(text, [&](std::string_view line, size_t number, bool last) -> Status {
-    SATURATE_ASSIGN_OR_RETURN(json j, ParseLine(line, source, number, last, &out.torn_last_line));
-    if (j.is_null()) return Status::OK();
-    UtilSample s;
-    auto t = GetInt(j, "t_ns");
-    if (!t.ok()) return t.status().WithContext(Where(source, number));
-    s.t_ns = *t;
-    if (auto host = j.find("host"); host != j.end() && host->is_object()) {
-      if (auto cpu = host->find("cpu_busy_pct"); cpu != host->end() && cpu->is_number()) {
-        s.host_cpu_pct = cpu->get<double>();
-      }
-    }
-    if (auto gpus = j.find("gpus"); gpus != j.end() && gpus->is_array()) {
-      for (const json& g : *gpus) {
-        if (!g.is_object()) continue;
-        auto index = g.find("index"), util = g.find("util_pct");
-        if (index == g.end() || !index->is_number_integer()) continue;
-        if (util == g.end() || !util->is_number()) continue;  // lost, or no such metric
-        s.gpu_util.emplace_back(index->get<int>(), util->get<double>());
-      }
-    }
-    out.samples.push_back(std::move(s));
-    return Status::OK();
-  });
+  Status st = ForEachJsonLine(
+      text, source,
+      [&](const json& j, size_t) -> Status {
+        UtilSample s;
+        SATURATE_ASSIGN_OR_RETURN(s.t_ns, GetInt(j, "t_ns"));
+        if (auto host = j.find("host"); host != j.end() && host->is_object()) {
+          if (auto cpu = host->find("cpu_busy_pct"); cpu != host->end() && cpu->is_number()) {
+            s.host_cpu_pct = cpu->get<double>();
+          }
+        }
+        if (auto gpus = j.find("gpus"); gpus != j.end() && gpus->is_array()) {
+          for (const json& g : *gpus) {
+            if (!g.is_object()) continue;
+            auto index = g.find("index"), util = g.find("util_pct");
+            if (index == g.end() || !index->is_number_integer()) continue;
+            if (util == g.end() || !util->is_number()) continue;  // lost, or no such metric
+            s.gpu_util.emplace_back(index->get<int>(), util->get<double>());
+          }
+        }
+        out.samples.push_back(std::move(s));
+        return Status::OK();
+      },
+      &out.torn_last_line);
   if (!st.ok()) return st;
   return out;
 }
