@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
@@ -57,16 +58,21 @@ def add_train_args(parser: argparse.ArgumentParser, *, batch_size: int, lr: floa
                         help="stop after N steps in all, warmup included")
     parser.add_argument("--warmup", type=non_negative_int, default=5, metavar="N",
                         help="steps left out of the measurement (default: %(default)s)")
-    parser.add_argument("--batch-size", type=positive_int, default=batch_size,
-                        help="default: %(default)s")
+    # Under `saturate tune`, SATURATE_TUNE_<NAME> sets a default the flag can still override.
+    tuned = lambda name, default: os.environ.get(f"SATURATE_TUNE_{name}") or default  # noqa: E731
+    parser.add_argument("--batch-size", type=positive_int,
+                        default=positive_int(str(tuned("BATCH", batch_size))),
+                        help="default: %(default)s (or SATURATE_TUNE_BATCH)")
     parser.add_argument("--lr", type=float, default=lr,
                         help="SGD learning rate (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0,
                         help="model initialization and shuffling (default: %(default)s)")
     parser.add_argument("--threads", type=threads_arg, default="auto",
                         help="saturate: decoding threads, an int or auto (default: %(default)s)")
-    parser.add_argument("--workers", type=non_negative_int, default=2,
-                        help="torch: DataLoader num_workers (default: %(default)s)")
+    parser.add_argument("--workers", type=non_negative_int,
+                        default=non_negative_int(str(tuned("WORKERS", 2))),
+                        help="torch: DataLoader num_workers (default: %(default)s, or "
+                             "SATURATE_TUNE_WORKERS)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
 
 

@@ -17,6 +17,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "saturate/base/status.h"
+#include "saturate/checkpoint/checkpointer.h"
 #include "saturate/feed/loader.h"
 #include "saturate/format/verify.h"
 #include "saturate/pack/pack.h"
@@ -330,6 +332,100 @@ class PyPhase {
   std::optional<trace::Phase> phase_;
 };
 
+// ---- checkpoint (saturate.Checkpointer, python/saturate/checkpoint.py) ----
+// Tensors arrive as (name, data pointer, bytes, dtype, shape, device) tuples:
+// the Python layer keeps the tensors alive for the call and the engine
+// copies them into its pool with the GIL released, so no Python-side copy.
+using TensorTuple =
+    std::tuple<std::string, uintptr_t, uint64_t, std::string, std::vector<int64_t>, std::string>;
+
+std::vector<checkpoint::TensorRef> ToRefs(const std::vector<TensorTuple>& tensors) {
+  std::vector<checkpoint::TensorRef> refs;
+  refs.reserve(tensors.size());
+  for (const auto& [name, ptr, bytes, dtype, shape, device] : tensors) {
+    refs.push_back({name, reinterpret_cast<const void*>(ptr), bytes, dtype, shape, device});
+  }
+  return refs;
+}
+
+// A snapshot slot whose device tensors the Python layer fills (D2H copies).
+struct PyPendingSave {
+  std::unique_ptr<checkpoint::PendingSave> pending;
+};
+
+class PyCheckpointer {
+ public:
+  PyCheckpointer(const std::string& dir, const checkpoint::CheckpointOptions& options)
+      : ckpt_(ValueOrThrow(checkpoint::Checkpointer::Open(dir, options))) {}
+
+  bool Save(uint64_t step, const std::vector<TensorTuple>& tensors, const nb::bytes& metadata) {
+    std::vector<checkpoint::TensorRef> refs = ToRefs(tensors);
+    std::string meta(metadata.c_str(), metadata.size());
+    return ValueOrThrow(WithoutGil([&] { return ckpt_->Save(step, refs, meta); }));
+  }
+  std::optional<PyPendingSave> Begin(uint64_t step, const std::vector<TensorTuple>& tensors) {
+    std::vector<checkpoint::TensorRef> refs = ToRefs(tensors);
+    auto pending = ValueOrThrow(WithoutGil([&] { return ckpt_->Begin(step, refs); }));
+    if (pending->skipped()) return std::nullopt;
+    return PyPendingSave{std::move(pending)};
+  }
+  void Commit(PyPendingSave& p, const nb::bytes& metadata) {
+    std::string meta(metadata.c_str(), metadata.size());
+    ThrowIfError(WithoutGil([&] { return ckpt_->Commit(std::move(p.pending), meta); }));
+  }
+  void Wait() {
+    ThrowIfError(WithoutGil([&] { return ckpt_->Wait(); }));
+  }
+  bool WaitFor(double timeout_s) {
+    return WithoutGil([&] { return ckpt_->WaitFor(static_cast<int64_t>(timeout_s * 1e9)); });
+  }
+  void Close() {
+    ThrowIfError(WithoutGil([&] { return ckpt_->Close(); }));
+  }
+  nb::dict Stats() const {
+    const checkpoint::CheckpointStats s = ckpt_->stats();
+    nb::dict d;
+    d["saves"] = s.saves;
+    d["commits"] = s.commits;
+    d["skipped"] = s.skipped;
+    d["failed"] = s.failed;
+    d["last_blocking_ns"] = s.last_blocking_ns;
+    d["total_blocking_ns"] = s.total_blocking_ns;
+    d["last_write_ns"] = s.last_write_ns;
+    d["last_bytes"] = s.last_bytes;
+    d["bytes_written"] = s.bytes_written;
+    d["write_bytes_per_s"] = s.write_bytes_per_s;
+    d["pool_bytes"] = s.pool_bytes;
+    d["last_committed_step"] = s.has_committed ? nb::cast(s.last_committed_step) : nb::none();
+    return d;
+  }
+
+ private:
+  std::unique_ptr<checkpoint::Checkpointer> ckpt_;
+};
+
+nb::dict ManifestDict(const std::string& path, const checkpoint::Manifest& m) {
+  nb::list tensors;
+  for (const checkpoint::TensorEntry& t : m.tensors) {
+    nb::dict d;
+    d["name"] = t.name;
+    d["dtype"] = t.dtype;
+    d["shape"] = t.shape;
+    d["device"] = t.device;
+    d["file"] = path + "/" + t.file;
+    d["offset"] = t.offset;
+    d["bytes"] = t.bytes;
+    tensors.append(d);
+  }
+  nb::dict d;
+  d["path"] = path;
+  d["step"] = m.step;
+  d["created_unix_ms"] = m.created_unix_ms;
+  d["tensors"] = tensors;
+  d["metadata_file"] = path + "/" + m.metadata_file;
+  return d;
+}
+
 }  // namespace
 }  // namespace saturate::python
 
@@ -472,4 +568,69 @@ NB_MODULE(_core, m) {
   m.def("trace_enabled", [] { return trace::Enabled(); });
   m.def("trace_run_dir", [] { return trace::RunDir(); });
   m.def("trace_now_ns", [] { return trace::NowNs(); });
+
+  // ---- checkpoint ----
+  nb::class_<PyPendingSave>(m, "PendingSave")
+      .def("destination",
+           [](const PyPendingSave& p, size_t i) {
+             return reinterpret_cast<uintptr_t>(p.pending->destination(i));
+           })
+      .def_prop_ro(
+          "buffer",
+          [](const PyPendingSave& p) { return reinterpret_cast<uintptr_t>(p.pending->buffer()); })
+      .def_prop_ro("buffer_bytes",
+                   [](const PyPendingSave& p) { return p.pending->buffer_bytes(); });
+  nb::class_<PyCheckpointer>(m, "Checkpointer")
+      .def(
+          "__init__",
+          [](PyCheckpointer* self, const std::string& dir, int keep, int max_in_flight,
+             const std::string& on_busy, int copy_threads) {
+            checkpoint::CheckpointOptions o;
+            o.keep = keep;
+            o.max_in_flight = max_in_flight;
+            if (on_busy != "wait" && on_busy != "skip") {
+              ThrowIfError(Status::InvalidArgument("on_busy must be 'wait' or 'skip', got '" +
+                                                   on_busy + "'"));
+            }
+            o.on_busy = on_busy == "skip" ? checkpoint::OnBusy::kSkip : checkpoint::OnBusy::kWait;
+            o.copy_threads = copy_threads;
+            new (self) PyCheckpointer(dir, o);
+          },
+          "dir"_a, "keep"_a, "max_in_flight"_a, "on_busy"_a, "copy_threads"_a)
+      .def("save", &PyCheckpointer::Save, "step"_a, "tensors"_a, "metadata"_a)
+      .def("begin", &PyCheckpointer::Begin, "step"_a, "tensors"_a, nb::keep_alive<0, 1>())
+      .def("commit", &PyCheckpointer::Commit, "pending"_a, "metadata"_a)
+      .def("wait", &PyCheckpointer::Wait)
+      .def("wait_for", &PyCheckpointer::WaitFor, "timeout_s"_a)
+      .def("close", &PyCheckpointer::Close)
+      .def("stats", &PyCheckpointer::Stats);
+  m.def(
+      "checkpoint_load_newest",
+      [](const std::string& dir) {
+        checkpoint::LoadResult r =
+            ValueOrThrow(WithoutGil([&] { return checkpoint::LoadNewest(dir); }));
+        nb::dict d = r.found ? ManifestDict(r.path, r.manifest) : nb::dict();
+        d["found"] = r.found;
+        d["warnings"] = r.warnings;
+        return d;
+      },
+      "dir"_a);
+  m.def(
+      "checkpoint_verify",
+      [](const std::string& path) {
+        checkpoint::Manifest mf =
+            ValueOrThrow(WithoutGil([&] { return checkpoint::Verify(path); }));
+        return ManifestDict(path, mf);
+      },
+      "path"_a);
+  m.def(
+      "checkpoint_list",
+      [](const std::string& dir) {
+        auto all = ValueOrThrow(checkpoint::List(dir));
+        std::vector<std::tuple<uint64_t, std::string>> out;
+        for (const auto& c : all) out.emplace_back(c.step, c.path);
+        return out;
+      },
+      "dir"_a);
+  m.def("young_interval_s", &checkpoint::YoungIntervalSeconds, "cost_s"_a, "mtbf_s"_a);
 }

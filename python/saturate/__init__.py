@@ -17,20 +17,24 @@ See README.md and docs/python.md.
 from . import errors, transforms
 from .errors import Error
 from .loader import Loader
+from .checkpoint import Checkpointer
 from ._pack import pack, verify
 from ._watch import watch
 from . import _trace as trace
 from ._trace import phase, step
+from ._batch import find_batch_size
 
 __version__ = "0.1.0"
 __all__ = [
     "Loader",
+    "Checkpointer",
     "pack",
     "verify",
     "watch",
     "trace",
     "phase",
     "step",
+    "find_batch_size",
     "transforms",
     "errors",
     "Error",

@@ -47,6 +47,20 @@ def _auto(name: str, value: Union[int, str, None]) -> int:
     return value
 
 
+def _tuned(name: str, value: Union[int, str]) -> Union[int, str]:
+    """``value``, unless ``saturate tune`` is running this trial with SATURATE_TUNE_<NAME>
+    set: the trial's setting wins, so a script tunes without being edited."""
+    text = os.environ.get(f"SATURATE_TUNE_{name.upper()}")
+    if not text:
+        return value
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"SATURATE_TUNE_{name.upper()}={text!r}: use a positive int or 'auto'")
+
+
 def _distributed_rank() -> tuple[Optional[int], Optional[int]]:
     """(rank, world_size) from torch.distributed when it is initialized, else (None, None).
 
@@ -73,7 +87,8 @@ class Loader:
         initialized, else RANK/WORLD_SIZE (torchrun), SLURM_PROCID/SLURM_NTASKS, else 1 rank.
       drop_uneven: ranks drop the tail (True) or pad by repeating samples (False,
         as DistributedSampler does), so every rank has the same number of batches.
-      threads, prefetch: a positive int or "auto" (autotuned while running).
+      threads, prefetch: a positive int or "auto" (autotuned while running). Under
+        ``saturate tune``, SATURATE_TUNE_THREADS / SATURATE_TUNE_PREFETCH override them.
       transforms: ``{field: transform}``; see :mod:`saturate.transforms`.
       framework: "torch", "numpy", "jax" or "dlpack" (objects with ``__dlpack__``).
       max_held_batches: batches you may keep alive at once (see the lifetime rule).
@@ -118,8 +133,8 @@ class Loader:
             rank=rank,
             world_size=world_size,
             drop_uneven=drop_uneven,
-            threads=_auto("threads", threads),
-            prefetch=_auto("prefetch", prefetch),
+            threads=_auto("threads", _tuned("threads", threads)),
+            prefetch=_auto("prefetch", _tuned("prefetch", prefetch)),
             ram_cap_bytes=ram_cap_bytes,
             max_held_batches=max_held_batches,
             skip_bad=skip_bad,

@@ -11,25 +11,24 @@
 namespace saturate {
 namespace {
 
-Status WriteAll(int fd, const std::byte* data, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno("write " + path, errno);
-    }
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::OK();
-}
-
 std::string ParentDir(const std::string& path) {
   std::string parent = std::filesystem::path(path).parent_path().string();
   return parent.empty() ? "." : parent;
 }
 
 }  // namespace
+
+Status WriteFully(int fd, std::span<const std::byte> data, const std::string& path) {
+  while (!data.empty()) {
+    const ssize_t w = ::write(fd, data.data(), data.size());
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("write " + path, errno);
+    }
+    data = data.subspan(static_cast<size_t>(w));
+  }
+  return Status::OK();
+}
 
 Result<std::unique_ptr<WritableFile>> WritableFile::Create(const std::string& path) {
   std::string tmp = path + ".tmp";
@@ -48,7 +47,7 @@ WritableFile::~WritableFile() {
 
 Status WritableFile::Append(std::span<const std::byte> data) {
   if (fd_ < 0) return Status::Internal("append to closed file " + path_);
-  SATURATE_RETURN_IF_ERROR(WriteAll(fd_, data.data(), data.size(), temp_path()));
+  SATURATE_RETURN_IF_ERROR(WriteFully(fd_, data, temp_path()));
   size_ += data.size();
   return Status::OK();
 }

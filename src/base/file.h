@@ -52,6 +52,10 @@ class WritableFile {
   bool committed_ = false;
 };
 
+// write(2) until all of `data` is written (retrying short writes and EINTR);
+// errors name `path`.
+Status WriteFully(int fd, std::span<const std::byte> data, const std::string& path);
+
 // Writes `data` to `path` atomically (see WritableFile).
 Status WriteFileAtomic(const std::string& path, std::string_view data);
 

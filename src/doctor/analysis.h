@@ -78,6 +78,7 @@ struct Features {
   // Host.
   std::optional<double> host_cpu_busy_pct;   // mean, of all cores
   std::optional<double> host_iowait_pct;     // mean
+  std::optional<double> cpu_pressure_pct;    // mean PSI "some": a runnable task waited for a CPU
   std::optional<double> tree_cpu_cores;      // mean cores the process tree used
   std::optional<double> other_cpu_cores;     // mean cores used by everything else
   std::optional<double> mem_headroom_pct;    // min MemAvailable / MemTotal over the run

@@ -395,10 +395,14 @@ std::vector<const SamplePoint*> WindowSamples(const Run& run, const Interval& w)
 void HostFeatures(const Run& run, const Training& t, Features* f) {
   const std::vector<const SamplePoint*> samples = WindowSamples(run, t.window);
   if (samples.empty()) return;
-  double busy = 0, iowait = 0, disk = 0, disk_peak = 0, tree = 0, other = 0;
-  int tree_n = 0;
+  double busy = 0, iowait = 0, disk = 0, disk_peak = 0, tree = 0, other = 0, pressure = 0;
+  int tree_n = 0, pressure_n = 0;
   for (const SamplePoint* s : samples) {
     busy += s->cpu_busy_pct;
+    if (s->cpu_pressure_pct) {
+      pressure += *s->cpu_pressure_pct;
+      ++pressure_n;
+    }
     iowait += s->cpu_iowait_pct;
     disk += s->disk_read_bytes_per_s;
     disk_peak = std::max(disk_peak, s->disk_read_bytes_per_s);
@@ -411,6 +415,7 @@ void HostFeatures(const Run& run, const Training& t, Features* f) {
   const double n = double(samples.size());
   f->host_cpu_busy_pct = busy / n;
   f->host_iowait_pct = iowait / n;
+  if (pressure_n > 0) f->cpu_pressure_pct = pressure / pressure_n;
   f->disk_read_mb_per_s = disk / n / 1e6;
   f->disk_read_peak_mb_per_s = disk_peak / 1e6;
   if (tree_n > 0) {
@@ -695,6 +700,7 @@ nlohmann::json Features::ToJson() const {
   Put(j, "comm_s", comm_s);
   Put(j, "comm_pct", comm_pct);
   Put(j, "host_cpu_busy_pct", host_cpu_busy_pct);
+  Put(j, "cpu_pressure_pct", cpu_pressure_pct);
   Put(j, "host_iowait_pct", host_iowait_pct);
   Put(j, "tree_cpu_cores", tree_cpu_cores);
   Put(j, "other_cpu_cores", other_cpu_cores);

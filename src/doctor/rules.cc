@@ -21,6 +21,7 @@ constexpr double kIowaitPct = 10;         // iowait: the CPUs wait for storage
 constexpr double kCpuIdleishPct = 70;     // host busy below: CPUs are not what limits
 constexpr double kReadShare = 0.5;        // read_ns share of loader time: reads dominate
 constexpr double kOtherCoresShare = 0.5;  // of all cores used by other processes
+constexpr double kCpuPressurePct = 10;    // PSI "some": runnable tasks queue for a CPU
 constexpr double kLowDeviceBusyPct = 60;  // GPU busy below: too little parallel work
 constexpr double kFreeMemoryPct = 50;     // GPU memory used below: room for a larger batch
 constexpr double kTargetBusyPct = 90;     // what a larger batch aims for
@@ -97,8 +98,12 @@ std::optional<DataWait> FindDataWait(const Features& f) {
 
 enum class DataCause { kInputPipeline, kIo, kContention };
 
+// Other processes hold a large share of the cores, and (where the kernel
+// reports pressure) runnable tasks queue for them: others merely using idle
+// cores while the job waits on storage is not contention.
 bool Contended(const Features& f) {
   if (f.cpus <= 0 || !f.other_cpu_cores) return false;
+  if (f.cpu_pressure_pct && *f.cpu_pressure_pct < kCpuPressurePct) return false;
   const double other = *f.other_cpu_cores;
   return other >= kOtherCoresShare * f.cpus ||
          (f.host_cpu_busy_pct.value_or(0) >= 90 && other >= 0.25 * f.cpus);
@@ -320,6 +325,10 @@ std::optional<Finding> CpuContentionRule(const Features& f, const AnalysisOption
   AddDataWaitEvidence(x, f, *w);
   Add(x, "other_cpu_cores", other, "cores", "mean cores used outside the watched process tree");
   if (f.tree_cpu_cores) Add(x, "tree_cpu_cores", *f.tree_cpu_cores, "cores", "the job's own");
+  if (f.cpu_pressure_pct) {
+    Add(x, "cpu_pressure_pct", *f.cpu_pressure_pct, "%",
+        "time a runnable task waited for a CPU (the kernel's pressure stall information)");
+  }
   std::string fix =
       Fmt("Stop or move the other work taking %.1f cores, or give the job its own cores (a cpuset: "
           "taskset, cgroups, the scheduler's exclusive allocation).",
@@ -355,7 +364,10 @@ std::optional<Finding> CpuParallelism(const Features& f, double explained_s) {
   if (!f.tree_cpu_cores || f.cpus <= 0 || f.steps == 0) return std::nullopt;
   const double used = *f.tree_cpu_cores;
   const double fixed_pct = FixedStepPct(f);
-  const bool idle_cores = used < 0.5 * f.cpus;
+  // Cores neither the job nor other processes used: a busy neighbour is not
+  // the job leaving cores idle.
+  const double idle = std::max(0.0, f.cpus - used - f.other_cpu_cores.value_or(0));
+  const bool idle_cores = idle >= 0.5 * f.cpus;
   const bool fixed_costs = fixed_pct >= kFixedStepPct;
   if (!idle_cores && !fixed_costs) return std::nullopt;
   // A batch k times larger spreads the fixed costs over k times the samples;
@@ -378,7 +390,7 @@ std::optional<Finding> CpuParallelism(const Features& f, double explained_s) {
   }
   if (k < 2) return std::nullopt;  // no room: nothing to suggest
   const double lost_s = fixed_costs ? f.active_s * fixed_pct / 100 * (1 - 1 / k) - explained_s
-                                    : f.active_s * (1 - used / f.cpus) - explained_s;
+                                    : f.active_s * idle / f.cpus - explained_s;
   Finding x = Make(f, "parallelism",
                    fixed_costs ? Fmt("Fixed per-step costs (optimizer, loop) take %.0f%% of each "
                                      "step: too little work per step",

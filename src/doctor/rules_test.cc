@@ -216,6 +216,29 @@ TEST(RulesTest, CpuContentionNamesTheCoresTakenAndTheThreadsThatFit) {
   EXPECT_EQ(Find(a.findings, "input_pipeline"), nullptr);  // counted once
 }
 
+TEST(RulesTest, OthersOnIdleCoresWithoutCpuPressureAreNotContention) {
+  // The job waits on a slow pipe (its tree uses a tenth of a core) while other
+  // work uses the cores it does not want: no task queues for a CPU.
+  auto run = [](double pressure_pct) {
+    RunBuilder b;
+    b.Cpus(2)
+        .Steps(40, {{"data", 0.3}, {"forward", 0.01}})
+        .Samples([pressure_pct](double, SamplePoint& s) {
+          s.cpu_busy_pct = 60;
+          s.tree_cpu_pct = 10;
+          s.cpu_pressure_pct = pressure_pct;
+        });
+    return Analyze(b.Build());
+  };
+  const Analysis calm = run(1);
+  ASSERT_FALSE(calm.findings.empty());
+  EXPECT_EQ(calm.findings[0].cause, "io_bound") << Describe(calm.findings);
+  // The same, with runnable tasks waiting for a CPU a third of the time.
+  const Analysis queued = run(35);
+  ASSERT_FALSE(queued.findings.empty());
+  EXPECT_EQ(queued.findings[0].cause, "cpu_contention") << Describe(queued.findings);
+}
+
 TEST(RulesTest, ParallelismOnAGpuSuggestsABatchThatFits) {
   RunBuilder b;
   b.Gpus(1)

@@ -117,6 +117,7 @@ Status ParseSample(const json& j, SamplePoint* s) {
   if (const json* host = Obj(j, "host")) {
     s->cpu_busy_pct = Num(*host, "cpu_busy_pct").value_or(0);
     s->cpu_iowait_pct = Num(*host, "cpu_iowait_pct").value_or(0);
+    s->cpu_pressure_pct = Num(*host, "cpu_pressure_pct");
     s->mem_available_bytes = Bytes(*host, "mem_available_bytes").value_or(0);
     s->mem_total_bytes = Bytes(*host, "mem_total_bytes").value_or(0);
     s->disk_read_bytes_per_s = Num(*host, "disk_read_bytes_per_s").value_or(0);

@@ -38,6 +38,9 @@ struct SamplePoint {
   int64_t t_ns = 0;
   double cpu_busy_pct = 0;    // of all cores, 0-100
   double cpu_iowait_pct = 0;  // of all cores, 0-100
+  // Share of the interval some runnable task waited for a CPU (PSI); empty
+  // on kernels without it.
+  std::optional<double> cpu_pressure_pct;
   uint64_t mem_available_bytes = 0;
   uint64_t mem_total_bytes = 0;
   double disk_read_bytes_per_s = 0;

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <string_view>
+#include <thread>
 
 extern char** environ;
 
@@ -129,5 +131,20 @@ Result<int> Child::Wait() {
 }
 
 Result<std::optional<int>> Child::Poll() { return Reap(/*block=*/false); }
+
+Result<int> Child::Terminate(int64_t grace_ns) {
+  SATURATE_ASSIGN_OR_RETURN(std::optional<int> code, Reap(/*block=*/false));
+  if (code) return *code;
+  kill(pid_, SIGTERM);
+  // Poll rather than block: a child that ignores SIGTERM must not hang us.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(grace_ns);
+  while (std::chrono::steady_clock::now() < deadline) {
+    SATURATE_ASSIGN_OR_RETURN(code, Reap(/*block=*/false));
+    if (code) return *code;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid_, SIGKILL);
+  return Wait();
+}
 
 }  // namespace saturate::watch

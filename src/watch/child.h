@@ -17,6 +17,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -52,6 +53,10 @@ class Child {
   // The exit code if it has ended, without blocking. Both may be called
   // again after the child was reaped.
   Result<std::optional<int>> Poll();
+  // Ends the child if it still runs: SIGTERM, then SIGKILL once `grace_ns`
+  // passed without it exiting. Returns its exit code (128 + the signal when
+  // one of them ended it). A child that already ended is only reaped.
+  Result<int> Terminate(int64_t grace_ns);
 
  private:
   explicit Child(pid_t pid, bool forwarding) : pid_(pid), forwarding_(forwarding) {}

@@ -77,6 +77,25 @@ TEST(ChildTest, SignalsSentToUsReachTheChild) {
   EXPECT_EQ(word, "term");
 }
 
+TEST(ChildTest, TerminateSendsTermThenKill) {
+  // Exits on SIGTERM: its code says so.
+  SATURATE_ASSERT_OK_AND_ASSIGN(Child polite, Child::Spawn({"sleep", "30"}));
+  SATURATE_ASSERT_OK_AND_ASSIGN(int code, polite.Terminate(2'000'000'000));
+  EXPECT_EQ(code, 128 + SIGTERM);
+  // Ignores SIGTERM: killed once the grace period passes.
+  SATURATE_ASSERT_OK_AND_ASSIGN(
+      Child stubborn, Child::Spawn({"sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let it set the trap
+  const auto start = std::chrono::steady_clock::now();
+  SATURATE_ASSERT_OK_AND_ASSIGN(code, stubborn.Terminate(200'000'000));
+  EXPECT_EQ(code, 128 + SIGKILL);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+  // Already ended: reaped, not signalled.
+  SATURATE_ASSERT_OK_AND_ASSIGN(Child done, Child::Spawn({"sh", "-c", "exit 4"}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(*done.Terminate(1'000'000'000), 4);
+}
+
 TEST(ChildTest, OutputCanGoToAFile) {
   testing::TempDir dir;
   const std::string log = dir.path() + "/log";

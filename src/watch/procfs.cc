@@ -119,6 +119,25 @@ Result<CpuStat> ParseCpuStat(std::string_view text, std::string_view source) {
   return stat;
 }
 
+Result<uint64_t> ParseCpuPressureSomeUs(std::string_view text, std::string_view source) {
+  int line_no = 0;
+  for (std::string_view line : Lines(text)) {
+    ++line_no;
+    const std::vector<std::string_view> f = Fields(line);
+    if (f.empty() || f[0] != "some") continue;
+    for (std::string_view field : f) {
+      if (!field.starts_with("total=")) continue;
+      uint64_t us = 0;
+      if (!ParseNumber(field.substr(6), &us)) {
+        return LineError(source, line_no, "bad total '" + std::string(field) + "'");
+      }
+      return us;
+    }
+    return LineError(source, line_no, "no total= on the 'some' line");
+  }
+  return Status::Corruption(std::string(source) + ": no 'some' line");
+}
+
 Result<MemInfo> ParseMemInfo(std::string_view text, std::string_view source) {
   MemInfo mem;
   const std::pair<std::string_view, uint64_t*> wanted[] = {
@@ -287,6 +306,9 @@ Result<HostCounters> ReadHostCounters(const std::string& proc_root, const std::s
   } else if (disks.status().code() != StatusCode::kNotFound) {
     return disks.status();
   }
+  // PSI is optional (old kernels, or psi=0): its absence is not an error.
+  Result<uint64_t> pressure = ReadParsed(proc_root + "/pressure/cpu", ParseCpuPressureSomeUs);
+  if (pressure.ok()) host.cpu_pressure_some_us = *pressure;
   for (DiskCounters& d : host.disks) {
     if (whole_disks == nullptr) {
       d.whole_disk = IsWholeDisk(sys_root, d.name);
@@ -379,6 +401,11 @@ HostRates ComputeHostRates(const HostCounters& before, const HostCounters& after
     auto match = std::find_if(before.cpu.cores.begin(), before.cpu.cores.end(),
                               [&](const CpuTimes& c) { return c.cpu == core.cpu; });
     if (match != before.cpu.cores.end()) rates.cores.push_back(ComputeCpuUsage(*match, core));
+  }
+  if (before.cpu_pressure_some_us && after.cpu_pressure_some_us && rates.elapsed_s > 0) {
+    const double waited_s =
+        static_cast<double>(Delta(*before.cpu_pressure_some_us, *after.cpu_pressure_some_us)) / 1e6;
+    rates.cpu_pressure_pct = std::min(100.0, 100.0 * waited_s / rates.elapsed_s);
   }
   rates.disks_total.name = "total";
   auto rate = [&](const DiskCounters& b, const DiskCounters& a) {

@@ -82,6 +82,14 @@ struct MemInfo {
 // Every field above is required and must be in kB.
 Result<MemInfo> ParseMemInfo(std::string_view text, std::string_view source = "/proc/meminfo");
 
+// ---- /proc/pressure/cpu (PSI) -----------------------------------------------
+
+// The "some" line's total: microseconds during which at least one runnable
+// task waited for a CPU. It grows only when there are more runnable tasks
+// than cores, which is what CPU contention means.
+Result<uint64_t> ParseCpuPressureSomeUs(std::string_view text,
+                                        std::string_view source = "/proc/pressure/cpu");
+
 // ---- /proc/diskstats --------------------------------------------------------
 
 struct DiskCounters {
@@ -155,7 +163,8 @@ struct HostCounters {
   int64_t time_ns = 0;  // CLOCK_MONOTONIC when the files were read
   CpuStat cpu;
   MemInfo mem;
-  std::vector<DiskCounters> disks;  // every device; whole_disk set from sys_root
+  std::vector<DiskCounters> disks;               // every device; whole_disk set from sys_root
+  std::optional<uint64_t> cpu_pressure_some_us;  // absent without PSI (kernel < 4.20, or off)
 };
 
 // Reads <proc_root>/stat, meminfo and diskstats. A missing diskstats (some
@@ -213,6 +222,8 @@ struct HostRates {
   std::vector<CpuUsage> cores;  // cores present in both samples, in `after` order
   std::vector<DiskRate> disks;  // whole disks present in both samples
   DiskRate disks_total;         // name "total": the sum over `disks`
+  // Share of the interval in which some runnable task waited for a CPU.
+  std::optional<double> cpu_pressure_pct;
 };
 
 // Disk rates are 0 when no time passed.

@@ -393,6 +393,27 @@ TEST(ComputeHostRates, TwoHandWrittenSamples) {
 
   const HostRates same = ComputeHostRates(after, after);
   EXPECT_DOUBLE_EQ(same.disks_total.read_bytes_per_s, 0);
+  EXPECT_FALSE(r.cpu_pressure_pct.has_value());  // no PSI in either sample
+}
+
+TEST(ParseCpuPressure, SomeTotal) {
+  constexpr std::string_view kPressure =
+      "some avg10=1.50 avg60=13.55 avg300=55.25 total=4769945215\n"
+      "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+  EXPECT_EQ(*ParseCpuPressureSomeUs(kPressure), 4769945215u);
+  EXPECT_TRUE(HasError(ParseCpuPressureSomeUs("full avg10=0.00 total=0\n").status(),
+                       StatusCode::kCorruption, {"/proc/pressure/cpu", "no 'some'"}));
+  EXPECT_TRUE(HasError(ParseCpuPressureSomeUs("some avg10=1 total=x\n").status(),
+                       StatusCode::kCorruption, {"/proc/pressure/cpu", "line 1", "total=x"}));
+}
+
+TEST(ComputeHostRates, CpuPressureIsTheShareOfTimeATaskWaited) {
+  HostCounters before, after;
+  before.time_ns = 0;
+  after.time_ns = 2'000'000'000;
+  before.cpu_pressure_some_us = 1'000'000;
+  after.cpu_pressure_some_us = 1'500'000;  // 0.5 s of waiting in 2 s
+  EXPECT_DOUBLE_EQ(*ComputeHostRates(before, after).cpu_pressure_pct, 25);
 }
 
 TEST(ComputeProcessTreeRates, PercentOfOneCore) {

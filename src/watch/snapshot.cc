@@ -120,6 +120,7 @@ json SnapshotJson(const Snapshot& s) {
               {"mem_total_bytes", s.mem.total_bytes},
               {"disk_read_bytes_per_s", s.host.disks_total.read_bytes_per_s},
               {"disk_write_bytes_per_s", s.host.disks_total.write_bytes_per_s}}}};
+  if (s.host.cpu_pressure_pct) j["host"]["cpu_pressure_pct"] = *s.host.cpu_pressure_pct;
   if (s.tree) {
     json members = json::array();
     for (const ProcessRow& p : s.processes) {

@@ -58,6 +58,7 @@ void RegisterBench(CLI::App& app, int* exit_code);
 void RegisterWatch(CLI::App& app, int* exit_code);
 void RegisterTrace(CLI::App& app, int* exit_code);
 void RegisterDoctor(CLI::App& app, int* exit_code);  // doctor and report
+void RegisterTune(CLI::App& app, int* exit_code);    // tune and tune feed
 
 }  // namespace saturate::cli
 

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   saturate::cli::RegisterWatch(app, &exit_code);
   saturate::cli::RegisterTrace(app, &exit_code);
   saturate::cli::RegisterDoctor(app, &exit_code);
+  saturate::cli::RegisterTune(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

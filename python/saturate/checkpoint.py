@@ -1,0 +1,409 @@
+"""saturate.Checkpointer: crash-safe asynchronous checkpoints (docs/checkpoint.md).
+
+Swapping ``torch.save`` / ``torch.load``::
+
+    ckpt = saturate.Checkpointer("ckpt", keep=3)
+    state = saturate.Checkpointer.load("ckpt")          # newest that verifies, or None
+    if state is not None:
+        model.load_state_dict(state["model"]); opt.load_state_dict(state["optim"])
+        loader.load_state_dict(state["loader"]); start = state["step"] + 1
+    for step in range(start, steps):
+        ...
+        if step % 500 == 0:
+            ckpt.save({"model": model.state_dict(), "optim": opt.state_dict(),
+                       "loader": loader.state_dict(), "step": step,
+                       "rng": torch.get_rng_state()}, step)   # returns after the snapshot
+    ckpt.close()                                              # the last write commits
+
+``save`` blocks only while the tensors are copied into the engine's reusable
+host buffers; a C++ thread (which never takes the GIL) writes, fsyncs and
+atomically commits ``ckpt/step-N/``. Tensors may be modified as soon as
+``save`` returns. Everything that is not a tensor (ints, RNG tuples, the
+loader's state_dict, optimizer hyper-parameters) is pickled with tensor
+placeholders into one more checksummed file; so, as with ``torch.load``, only
+load checkpoints you trust.
+
+Failures: a background write that fails leaves every committed checkpoint as
+it was and raises (naming the file) from the next ``save``, ``wait`` or
+``close``. Thread-safety: one thread uses a Checkpointer (the training loop).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import mmap
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import warnings
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["Checkpointer", "CheckpointWarning", "load"]
+
+_TAG = "saturate.tensor"
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint was skipped at load (corrupt, incomplete or interrupted)."""
+
+
+def _torch():
+    """torch when the program imported it (never imported for numpy-only state)."""
+    return sys.modules.get("torch")
+
+
+def _is_torch_tensor(obj) -> bool:
+    torch = _torch()
+    return (
+        torch is not None
+        and isinstance(obj, torch.Tensor)
+        and obj.layout == torch.strided
+        and not obj.is_quantized
+        and obj.device.type in ("cpu", "cuda")
+    )
+
+
+def _is_array(obj) -> bool:
+    return isinstance(obj, np.ndarray) and not obj.dtype.hasobject
+
+
+def _tensor_names(state, prefix: str = "", out: Optional[Dict[int, str]] = None) -> Dict[int, str]:
+    """id(tensor) -> a path in the structure ("model/fc.weight"), for the manifest."""
+    out = {} if out is None else out
+    if isinstance(state, dict):
+        items = state.items()
+    elif isinstance(state, (list, tuple)):
+        items = enumerate(state)
+    else:
+        if (_is_torch_tensor(state) or _is_array(state)) and id(state) not in out:
+            out[id(state)] = prefix or "tensor"
+        return out
+    for key, value in items:
+        _tensor_names(value, f"{prefix}/{key}" if prefix else str(key), out)
+    return out
+
+
+class _Flattener(pickle.Pickler):
+    """Pickles the structure with each tensor replaced by a placeholder; the
+    tensors (host buffers ready for the engine) are collected on the side. A
+    tensor reachable twice is saved once and comes back as one object."""
+
+    def __init__(self, file, names: Dict[int, str]):
+        super().__init__(file, protocol=4)
+        self.names = names
+        self.specs: List[tuple] = []  # (name, ptr, bytes, dtype, shape, device) for the engine
+        self.keep: List[Any] = []  # host buffers and sources alive until the engine copied them
+        self.cuda: List[Tuple[int, Any]] = []  # (index, contiguous CUDA tensor) to copy D2H
+        self._seen: Dict[int, tuple] = {}
+
+    def persistent_id(self, obj):
+        if _is_torch_tensor(obj):
+            kind = "torch"
+        elif _is_array(obj):
+            kind = "numpy"
+        else:
+            return None
+        pid = self._seen.get(id(obj))
+        if pid is None:
+            pid = self._add(obj, kind)
+            self._seen[id(obj)] = pid
+            self.keep.append(obj)  # id() stays unique while obj is alive
+        return pid
+
+    def _add(self, obj, kind: str) -> tuple:
+        index = len(self.specs)
+        name = self.names.get(id(obj), f"tensor{index}")
+        if kind == "numpy":
+            a = np.ascontiguousarray(obj)
+            self.keep.append(a)
+            self.specs.append((name, a.ctypes.data, a.nbytes, a.dtype.str, list(a.shape), "cpu"))
+            return (_TAG, index, "numpy", a.dtype, None)
+        torch = _torch()
+        t = obj.detach()
+        if t.is_conj():
+            t = t.resolve_conj()
+        if t.is_neg():
+            t = t.resolve_neg()
+        t = t.contiguous()
+        nbytes = t.numel() * t.element_size()
+        dtype = str(t.dtype).replace("torch.", "")
+        requires_grad = bool(isinstance(obj, torch.nn.Parameter) and obj.requires_grad)
+        extra = {"parameter": isinstance(obj, torch.nn.Parameter), "requires_grad": requires_grad}
+        if t.device.type == "cuda":
+            self.cuda.append((index, t))
+            self.specs.append((name, 0, nbytes, dtype, list(t.shape), str(t.device)))
+        else:
+            self.keep.append(t)
+            self.specs.append((name, t.data_ptr(), nbytes, dtype, list(t.shape), "cpu"))
+        return (_TAG, index, "torch", t.dtype, extra)
+
+
+def _flatten(state) -> Tuple[bytes, _Flattener]:
+    buf = io.BytesIO()
+    f = _Flattener(buf, _tensor_names(state))
+    f.dump({"format": "saturate-checkpoint-state", "version": 1, "state": state})
+    return buf.getvalue(), f
+
+
+class Checkpointer:
+    """Writes checkpoints of a (nested) state to ``dir/step-N/`` in the background.
+
+    Args:
+      dir: the checkpoint directory (created if missing).
+      keep: committed checkpoints to keep (the newest ``keep``).
+      on_busy: what ``save`` does while ``max_in_flight`` saves are still
+        writing: ``"wait"`` (block until one commits) or ``"skip"`` (return
+        False at once and count it in ``stats()["skipped"]``).
+      max_in_flight: snapshots held at once (each costs one host buffer the
+        size of the state).
+      copy_threads: threads for the snapshot copy (0: up to 4).
+      handle_sigterm: install a SIGTERM handler (main thread only) that waits
+        up to ``grace_s`` for the in-flight save to commit, then calls the
+        previous handler, or exits with status 143 (SystemExit(143); when the
+        write did not commit in time, os._exit(143), leaving the previous
+        checkpoint as the newest).
+    """
+
+    def __init__(self, dir: str, keep: int = 3, *, on_busy: str = "wait", max_in_flight: int = 1,
+                 copy_threads: int = 0, handle_sigterm: bool = False, grace_s: float = 30.0):
+        self.dir = os.fspath(dir)
+        self._core = _core.Checkpointer(self.dir, keep, max_in_flight, on_busy, copy_threads)
+        self._grace_s = float(grace_s)
+        self._stream = None  # CUDA side stream, made on first use
+        self._pinned: set = set()  # pool buffers registered with CUDA
+        self._blocking_ns: List[int] = []
+        self._prev_sigterm = None
+        self._closed = False
+        if handle_sigterm:
+            self._install_sigterm()
+
+    # ---- saving ----
+
+    def save(self, state: Any, step: int) -> bool:
+        """Snapshots ``state`` as checkpoint ``step`` and returns once it is
+        copied; True when queued, False when skipped (``on_busy="skip"``)."""
+        start = time.perf_counter_ns()
+        with _core.Phase("checkpoint_save", "checkpoint"):
+            blob, f = _flatten(state)
+            if f.cuda:
+                saved = self._save_with_device_tensors(int(step), blob, f)
+            else:
+                saved = self._core.save(int(step), f.specs, blob)
+        if saved:
+            self._blocking_ns.append(time.perf_counter_ns() - start)
+        return saved
+
+    def _save_with_device_tensors(self, step: int, blob: bytes, f: _Flattener) -> bool:
+        """GPU tensors: device->host on a side stream straight into the pool's
+        (pinned) buffer; host tensors are copied by the engine meanwhile."""
+        torch = _torch()
+        pending = self._core.begin(step, f.specs)
+        if pending is None:
+            return False
+        if pending.buffer not in self._pinned:
+            # Page-locked memory makes the copy a real async DMA at full speed.
+            torch.cuda.cudart().cudaHostRegister(pending.buffer, pending.buffer_bytes, 0)
+            self._pinned.add(pending.buffer)
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(device=f.cuda[0][1].device)
+        self._stream.wait_stream(torch.cuda.current_stream(f.cuda[0][1].device))
+        with torch.cuda.stream(self._stream):
+            for index, t in f.cuda:
+                nbytes = t.numel() * t.element_size()
+                if nbytes == 0:
+                    continue
+                host = (ctypes.c_uint8 * nbytes).from_address(pending.destination(index))
+                dst = torch.frombuffer(host, dtype=torch.uint8)
+                dst.copy_(t.reshape(-1).view(torch.uint8), non_blocking=True)
+        self._stream.synchronize()
+        self._core.commit(pending, blob)
+        return True
+
+    def wait(self) -> None:
+        """Blocks until every save has committed; raises if one failed."""
+        self._core.wait()
+
+    def close(self) -> None:
+        """wait(), then stops the writer. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._restore_sigterm()
+        self._core.close()
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def stats(self) -> Dict[str, Any]:
+        """Engine counters (saves, commits, skipped, failed, last_blocking_ns,
+        last_write_ns, bytes_written, write_bytes_per_s, pool_bytes, ...) plus
+        ``blocking_ns``: the last save's time in Python (flatten + snapshot)."""
+        s = self._core.stats()
+        s["blocking_ns"] = self._blocking_ns[-1] if self._blocking_ns else 0
+        return s
+
+    def advise_interval(self, mtbf_s: float, step_time_s: Optional[float] = None) -> Dict[str, float]:
+        """A checkpoint interval from Young's formula sqrt(2 * cost * MTBF),
+        with cost the measured mean time ``save`` blocked training. Returns
+        blocking_s, interval_s, overhead_pct (blocking per interval) and, given
+        ``step_time_s``, interval_steps."""
+        if not self._blocking_ns:
+            raise RuntimeError("advise_interval needs at least one save() to measure its cost")
+        if mtbf_s <= 0:
+            raise ValueError(f"mtbf_s must be > 0, got {mtbf_s}")
+        cost_s = sum(self._blocking_ns) / len(self._blocking_ns) / 1e9
+        interval_s = _core.young_interval_s(cost_s, float(mtbf_s))
+        out = {"blocking_s": cost_s, "mtbf_s": float(mtbf_s), "interval_s": interval_s,
+               "overhead_pct": 100.0 * cost_s / interval_s if interval_s > 0 else 0.0}
+        if step_time_s:
+            out["interval_steps"] = max(1, round(interval_s / step_time_s))
+        return out
+
+    # ---- SIGTERM ----
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            raise ValueError("handle_sigterm=True needs the main thread (Python signal rule)")
+        self._prev_sigterm = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _restore_sigterm(self) -> None:
+        if self._prev_sigterm is not None and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+            signal.signal(signal.SIGTERM, self._prev_sigterm)
+        self._prev_sigterm = None
+
+    def _on_sigterm(self, signum, frame) -> None:
+        prev = self._prev_sigterm
+        committed = self._core.wait_for(self._grace_s)
+        self._restore_sigterm()
+        if callable(prev):
+            prev(signum, frame)
+            return
+        if prev == signal.SIG_IGN:
+            return
+        if not committed:
+            os._exit(143)  # the writer would hold up a normal exit; the tmp dir is ignored
+        self._closed = True
+        self._core.close()
+        raise SystemExit(143)
+
+    # ---- loading ----
+
+    # load(dir, map_location=None, *, mmap=True, info=False): see load() below.
+
+    @staticmethod
+    def list(dir: str) -> List[Tuple[int, str]]:
+        """Committed checkpoints (step, path), newest first (not verified)."""
+        return [tuple(x) for x in _core.checkpoint_list(os.fspath(dir))]
+
+    @staticmethod
+    def verify(path: str) -> Dict[str, Any]:
+        """Checks one ``step-N`` directory (manifest and every checksum); raises
+        saturate.errors.CorruptionError naming the bad file."""
+        return _core.checkpoint_verify(os.fspath(path))
+
+
+def _map_file(path: str, use_mmap: bool, cache: Dict[str, Any]):
+    """A writable buffer over the whole file: a private (copy-on-write) map, or its bytes."""
+    buf = cache.get(path)
+    if buf is None:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                buf = bytearray()
+            elif use_mmap:
+                buf = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
+            else:
+                buf = bytearray(size)
+                f.readinto(buf)
+        cache[path] = buf
+    return buf
+
+
+def _device_for(saved: str, map_location) -> Any:
+    torch = _torch()
+    if map_location is not None:
+        return torch.device(map_location) if torch is not None else map_location
+    if saved.startswith("cuda") and torch is not None and torch.cuda.is_available():
+        return torch.device(saved)
+    return torch.device("cpu") if torch is not None else "cpu"
+
+
+class _Rebuilder(pickle.Unpickler):
+    def __init__(self, file, entries, map_location, use_mmap: bool):
+        super().__init__(file)
+        self.entries, self.map_location, self.use_mmap = entries, map_location, use_mmap
+        self.files: Dict[str, Any] = {}
+        self.built: Dict[int, Any] = {}  # a tensor saved once comes back as one object
+
+    def persistent_load(self, pid):
+        tag, index, kind, dtype, extra = pid
+        if tag != _TAG:
+            raise pickle.UnpicklingError(f"unknown persistent id {tag!r}")
+        if index not in self.built:
+            self.built[index] = self._build(index, kind, dtype, extra)
+        return self.built[index]
+
+    def _build(self, index, kind, dtype, extra):
+        e = self.entries[index]
+        shape = tuple(e["shape"])
+        buf = _map_file(e["file"], self.use_mmap, self.files) if e["bytes"] else None
+        if kind == "numpy":
+            if buf is None:
+                return np.empty(shape, dtype)
+            return np.frombuffer(buf, np.uint8, e["bytes"], e["offset"]).view(dtype).reshape(shape)
+        import torch  # a torch tensor was saved: torch is needed to rebuild it
+
+        if buf is None:
+            t = torch.empty(shape, dtype=dtype)
+        else:
+            t = torch.frombuffer(buf, dtype=torch.uint8, count=e["bytes"], offset=e["offset"])
+            t = t.view(dtype).reshape(shape)
+        device = _device_for(e["device"], self.map_location)
+        if t.device != device:
+            t = t.to(device)
+        if extra and extra.get("parameter"):
+            t = torch.nn.Parameter(t, requires_grad=extra.get("requires_grad", False))
+        return t
+
+
+def load(dir: str, map_location: Any = None, *, mmap: bool = True, info: bool = False):
+    """The state of the newest checkpoint in ``dir`` whose manifest and
+    checksums verify, or None when ``dir`` is missing or holds no committed
+    checkpoint (a fresh start).
+
+    Checkpoints skipped on the way (corrupt, incomplete, interrupted) are
+    named in a :class:`CheckpointWarning`. Tensors go to ``map_location``
+    (a device; None: where they were saved, CPU when that device is absent).
+    With ``mmap`` (default) CPU tensors are private copy-on-write maps of the
+    files: nothing is read until used, and writes never reach the files.
+    With ``info=True`` returns (state, {"step", "path", "created_unix_ms"}).
+    Raises CorruptionError when checkpoints exist and none verifies.
+    """
+    if not os.path.exists(dir):
+        return (None, None) if info else None  # a first run, before any save
+    r = _core.checkpoint_load_newest(os.fspath(dir))
+    for w in r["warnings"]:
+        warnings.warn(f"saturate checkpoint: {w}", CheckpointWarning, stacklevel=2)
+    if not r["found"]:
+        return (None, None) if info else None
+    with open(r["metadata_file"], "rb") as f:
+        wrapper = _Rebuilder(f, r["tensors"], map_location, mmap).load()
+    state = wrapper["state"]
+    if info:
+        return state, {"step": r["step"], "path": r["path"], "created_unix_ms": r["created_unix_ms"]}
+    return state
+
+
+Checkpointer.load = staticmethod(load)
