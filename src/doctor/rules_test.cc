@@ -4,7 +4,7 @@
 #include <random>
 
 #include "doctor/analysis.h"
-#include "doctor/testing.h"
+#include "doctor/testing/run_builder.h"
 
 namespace saturate::doctor {
 namespace {

@@ -5,26 +5,10 @@
 #include <cmath>
 
 #include "doctor/analysis.h"
+#include "tune/stats.h"
 
 namespace saturate::tune {
 namespace {
-
-double Mean(const std::vector<double>& v) {
-  double sum = 0;
-  for (double x : v) sum += x;
-  return v.empty() ? 0 : sum / static_cast<double>(v.size());
-}
-
-// The relative standard error of the mean of `v`.
-double RelativeStandardError(const std::vector<double>& v) {
-  if (v.size() < 2) return 0;
-  const double mean = Mean(v);
-  if (!(mean > 0)) return 0;
-  double ss = 0;
-  for (double x : v) ss += (x - mean) * (x - mean);
-  const double sd = std::sqrt(ss / static_cast<double>(v.size() - 1));
-  return sd / mean / std::sqrt(static_cast<double>(v.size()));
-}
 
 size_t WarmupCount(size_t n, const MeasureOptions& options, int64_t at_least) {
   const auto by_fraction =

@@ -4,23 +4,10 @@
 #include <cmath>
 #include <cstdio>
 
+#include "tune/stats.h"
+
 namespace saturate::tune {
 namespace {
-
-double Mean(const std::vector<double>& v) {
-  double sum = 0;
-  for (double x : v) sum += x;
-  return v.empty() ? 0 : sum / static_cast<double>(v.size());
-}
-
-// Sample standard deviation relative to the mean; 0 for fewer than two values.
-double RelativeSpread(const std::vector<double>& v) {
-  if (v.size() < 2) return 0;
-  const double mean = Mean(v);
-  double ss = 0;
-  for (double x : v) ss += (x - mean) * (x - mean);
-  return mean > 0 ? std::sqrt(ss / static_cast<double>(v.size() - 1)) / mean : 0;
-}
 
 std::string Fixed(const char* fmt, double a, double b, double c, int n) {
   char buf[160];

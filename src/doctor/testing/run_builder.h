@@ -4,8 +4,8 @@
 // on the run axis.
 //
 // Thread-safety: not thread-safe; use from the test's thread.
-#ifndef SATURATE_DOCTOR_TESTING_H_
-#define SATURATE_DOCTOR_TESTING_H_
+#ifndef SATURATE_DOCTOR_TESTING_RUN_BUILDER_H_
+#define SATURATE_DOCTOR_TESTING_RUN_BUILDER_H_
 
 #include <cstdint>
 #include <functional>
@@ -74,4 +74,4 @@ class RunBuilder {
 
 }  // namespace saturate::doctor::testing
 
-#endif  // SATURATE_DOCTOR_TESTING_H_
+#endif  // SATURATE_DOCTOR_TESTING_RUN_BUILDER_H_

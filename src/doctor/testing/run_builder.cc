@@ -1,4 +1,4 @@
-#include "doctor/testing.h"
+#include "doctor/testing/run_builder.h"
 
 #include <algorithm>
 #include <cmath>
