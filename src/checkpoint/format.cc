@@ -53,6 +53,19 @@ Status Corrupt(std::string_view source, const std::string& what) {
   return Status::Corruption(std::string(source) + ": " + what);
 }
 
+// Thrown for a number field that is not an integer: nlohmann would convert
+// a float such as 1e300, and that conversion is undefined behaviour.
+struct NotAnInteger {
+  std::string key;
+};
+
+template <typename T>
+T IntegerAt(const json& j, const char* key) {
+  const json& v = j.at(key);
+  if (!v.is_number_integer()) throw NotAnInteger{key};
+  return v.get<T>();
+}
+
 // Reads every field; nlohmann throws on a wrong type, which becomes Corruption.
 Result<Manifest> FromJson(const json& j, std::string_view source) {
   Manifest m;
@@ -60,16 +73,16 @@ Result<Manifest> FromJson(const json& j, std::string_view source) {
     if (j.at("format").get<std::string>() != kFormatName) {
       return Corrupt(source, "format is not '" + std::string(kFormatName) + "'");
     }
-    int version = j.at("format_version").get<int>();
+    const int version = IntegerAt<int>(j, "format_version");
     if (version != kFormatVersion) {
       return Corrupt(source, "unsupported format_version " + std::to_string(version) +
                                  " (this build reads " + std::to_string(kFormatVersion) + ")");
     }
-    m.step = j.at("step").get<uint64_t>();
-    m.created_unix_ms = j.at("created_unix_ms").get<int64_t>();
+    m.step = IntegerAt<uint64_t>(j, "step");
+    m.created_unix_ms = IntegerAt<int64_t>(j, "created_unix_ms");
     m.metadata_file = j.at("metadata_file").get<std::string>();
     for (const json& f : j.at("files")) {
-      FileEntry e{f.at("name").get<std::string>(), f.at("bytes").get<uint64_t>(), 0};
+      FileEntry e{f.at("name").get<std::string>(), IntegerAt<uint64_t>(f, "bytes"), 0};
       if (!ParseHex(f.at("xxh3").get<std::string>(), &e.xxh3)) {
         return Corrupt(source, "file " + e.name + ": xxh3 is not 16 hex digits");
       }
@@ -79,15 +92,20 @@ Result<Manifest> FromJson(const json& j, std::string_view source) {
       TensorEntry e;
       e.name = t.at("name").get<std::string>();
       e.dtype = t.at("dtype").get<std::string>();
-      e.shape = t.at("shape").get<std::vector<int64_t>>();
+      for (const json& d : t.at("shape")) {
+        if (!d.is_number_integer()) throw NotAnInteger{"shape"};
+        e.shape.push_back(d.get<int64_t>());
+      }
       e.device = t.at("device").get<std::string>();
       e.file = t.at("file").get<std::string>();
-      e.offset = t.at("offset").get<uint64_t>();
-      e.bytes = t.at("bytes").get<uint64_t>();
+      e.offset = IntegerAt<uint64_t>(t, "offset");
+      e.bytes = IntegerAt<uint64_t>(t, "bytes");
       m.tensors.push_back(std::move(e));
     }
   } catch (const json::exception& e) {
     return Corrupt(source, std::string("malformed manifest: ") + e.what());
+  } catch (const NotAnInteger& e) {
+    return Corrupt(source, "malformed manifest: \"" + e.key + "\" is not an integer");
   }
   return m;
 }

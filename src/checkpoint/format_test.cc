@@ -64,6 +64,11 @@ TEST(FormatTest, EditedManifestIsCorruption) {
                                 {"m.json", "not a JSON object"}));
   EXPECT_TRUE(testing::HasError(ParseManifest("{\"format\": 1}", "m.json").status(),
                                 StatusCode::kCorruption, {"m.json", "malformed"}));
+  // A float where an integer belongs is refused, not converted.
+  std::string huge = text;
+  huge.replace(huge.find("\"step\": 42"), 10, "\"step\": 1e300");
+  EXPECT_TRUE(testing::HasError(ParseManifest(huge, "m.json").status(), StatusCode::kCorruption,
+                                {"m.json", "\"step\" is not an integer"}));
 }
 
 TEST(FormatTest, TensorOutsideItsFileIsCorruption) {

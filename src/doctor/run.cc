@@ -28,14 +28,19 @@ std::optional<double> Num(const json& j, const char* key) {
 std::optional<int64_t> Int(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_number()) return std::nullopt;
-  if (it->is_number_float()) return static_cast<int64_t>(it->get<double>());
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    // Out of range (or NaN) would be undefined behaviour to convert: absent.
+    if (!(d >= -9.2e18 && d <= 9.2e18)) return std::nullopt;
+    return static_cast<int64_t>(d);
+  }
   if (it->is_number_unsigned()) return static_cast<int64_t>(it->get<uint64_t>());
   return it->get<int64_t>();
 }
 
 std::optional<uint64_t> Bytes(const json& j, const char* key) {
   std::optional<double> v = Num(j, key);
-  if (!v || *v < 0) return std::nullopt;
+  if (!v || !(*v >= 0 && *v <= 1.8e19)) return std::nullopt;
   if (auto it = j.find(key); it->is_number_unsigned()) return it->get<uint64_t>();
   return static_cast<uint64_t>(*v);
 }
