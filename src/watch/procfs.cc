@@ -384,12 +384,16 @@ CpuUsage ComputeCpuUsage(const CpuTimes& before, const CpuTimes& after) {
       user + system + iowait + steal + Delta(before.idle_ticks, after.idle_ticks);
   CpuUsage u{.cpu = after.cpu};
   if (total == 0) return u;
-  const double pct = 100.0 / static_cast<double>(total);
-  u.user_pct = user * pct;
-  u.system_pct = system * pct;
-  u.iowait_pct = iowait * pct;
-  u.steal_pct = steal * pct;
-  u.busy_pct = (user + system + steal) * pct;
+  // Dividing last keeps a fully busy interval at exactly 100 (x * (100 / x)
+  // can round to 100.00000000000001).
+  auto pct = [total](uint64_t ticks) {
+    return 100.0 * static_cast<double>(ticks) / static_cast<double>(total);
+  };
+  u.user_pct = pct(user);
+  u.system_pct = pct(system);
+  u.iowait_pct = pct(iowait);
+  u.steal_pct = pct(steal);
+  u.busy_pct = pct(user + system + steal);
   return u;
 }
 

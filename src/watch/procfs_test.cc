@@ -357,6 +357,16 @@ TEST(ComputeCpuUsage, BackwardsCounterAndNoTicks) {
   EXPECT_DOUBLE_EQ(idle.busy_pct, 0);
 }
 
+TEST(ComputeCpuUsage, AFullyBusyIntervalIsExactly100) {
+  // 11 ticks: 11 * (100.0 / 11) rounds above 100; the share must not.
+  for (uint64_t ticks : {11, 22, 39, 44, 78}) {
+    const CpuUsage u =
+        ComputeCpuUsage(Ticks(0, 0, 0, 0, 0, 0, 0, 0, 0), Ticks(0, ticks, 0, 0, 0, 0, 0, 0, 0));
+    EXPECT_EQ(u.busy_pct, 100.0) << ticks;
+    EXPECT_EQ(u.user_pct, 100.0) << ticks;
+  }
+}
+
 TEST(ComputeHostRates, TwoHandWrittenSamples) {
   HostCounters before, after;
   before.time_ns = 1'000'000'000;
