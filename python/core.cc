@@ -5,7 +5,9 @@
 // copying. Ownership: every large tensor of a batch holds one reference to a
 // capsule that owns the C++ Batch; the batch buffer returns to the loader's
 // pool when the last tensor viewing it is released. Small tensors (labels)
-// are copied, see kCopyBelowBytes. A non-OK Status becomes a
+// are copied, see kCopyBelowBytes. With a CUDA device every tensor is a
+// view of a pooled device buffer, exported as a kDLCUDA tensor that is ready
+// on the stream passed to next(). A non-OK Status becomes a
 // Python exception in exactly one place, ThrowIfError(). The Python package
 // (python/saturate) holds the user-facing API on top of this module.
 //
@@ -30,6 +32,7 @@
 
 #include "saturate/base/status.h"
 #include "saturate/checkpoint/checkpointer.h"
+#include "saturate/feed/device_loader.h"
 #include "saturate/feed/loader.h"
 #include "saturate/format/verify.h"
 #include "saturate/pack/pack.h"
@@ -82,6 +85,8 @@ nb::dlpack::dtype ToDlpack(format::DType dtype) {
       return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
     case DType::kFloat32:
       return nb::dtype<float>();
+    case DType::kBFloat16:
+      return {static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
   }
   return nb::dtype<uint8_t>();
 }
@@ -96,17 +101,20 @@ constexpr size_t kCopyBelowBytes = 16 << 10;
 template <typename Fw>
 nb::object Export(const feed::TensorView& t, void* data, nb::handle owner) {
   std::vector<size_t> shape(t.shape.begin(), t.shape.end());
-  nb::ndarray<Fw> array(data, shape.size(), shape.data(), owner, nullptr, ToDlpack(t.dtype),
-                        nb::device::cpu::value);
+  const bool on_gpu = t.cuda_device >= 0;
+  nb::ndarray<Fw> array(data, shape.size(), shape.data(), owner,
+                        t.strides.empty() ? nullptr : t.strides.data(), ToDlpack(t.dtype),
+                        on_gpu ? nb::device::cuda::value : nb::device::cpu::value,
+                        on_gpu ? t.cuda_device : 0);
   return array.cast(nb::rv_policy::reference);
 }
 
 // `t` as a tensor of framework `fw`: a view kept alive by `batch_owner`, or
-// for small tensors a copy that owns its memory.
+// for small host tensors a copy that owns its memory.
 nb::object ExportAs(Framework fw, const feed::TensorView& t, nb::handle batch_owner) {
   void* data = t.data;
   nb::object owner = nb::borrow(batch_owner);
-  if (t.bytes() < kCopyBelowBytes) {
+  if (t.bytes() < kCopyBelowBytes && t.cuda_device < 0) {
     auto* copy = new std::byte[std::max<size_t>(t.bytes(), 1)];
     std::memcpy(copy, t.data, t.bytes());
     data = copy;
@@ -138,26 +146,40 @@ nb::dict StatsDict(const feed::LoaderStats& s) {
   d["threads"] = s.threads;
   d["prefetch"] = s.prefetch;
   d["autotune_reason"] = s.autotune_reason;
+  d["h2d_bytes"] = s.h2d_bytes;
+  d["h2d_batches"] = s.h2d_batches;
+  d["device_buffers"] = s.device_buffers;
   return d;
 }
 
+// A Loader, or with a CUDA device a DeviceLoader; the methods dispatch.
 class PyLoader {
  public:
-  explicit PyLoader(const feed::LoaderOptions& options)
-      : loader_(ValueOrThrow(WithoutGil([&] { return feed::Loader::Open(options); }))) {}
+  PyLoader(const feed::LoaderOptions& options, const std::string& device, int device_prefetch) {
+    if (device == "cpu") {
+      loader_ = ValueOrThrow(WithoutGil([&] { return feed::Loader::Open(options); }));
+    } else {
+      feed::DeviceOptions d{device, device_prefetch};
+      device_ = ValueOrThrow(WithoutGil([&] { return feed::DeviceLoader::Open(options, d); }));
+    }
+  }
 
   // The next batch's tensors by name, or None at the epoch's end; with
   // `with_info`, a tuple (tensors, info) whose info has the batch's epoch,
   // index, size and the C++ address of each tensor (for tests).
   // Blocks in short slices so that Ctrl-C raises KeyboardInterrupt promptly.
-  nb::object Next(Framework fw, bool with_info) {
+  // On a device, the batch is ready for work on `stream` (a cudaStream_t as
+  // an integer; 0 is the default stream).
+  nb::object Next(Framework fw, bool with_info, uintptr_t stream) {
     // Keep the GIL when the batch is already there (the workers never take it).
-    if (!loader_->WaitForNext(std::chrono::nanoseconds(0))) {
-      while (!WithoutGil([&] { return loader_->WaitForNext(kSignalPoll); })) {
+    if (!WaitForNext(std::chrono::nanoseconds(0))) {
+      while (!WithoutGil([&] { return WaitForNext(kSignalPoll); })) {
         if (PyErr_CheckSignals() != 0) throw nb::python_error();
       }
     }
-    std::optional<feed::Batch> batch = ValueOrThrow(loader_->Next());  // ready: never blocks
+    // Ready: the host loader never blocks; the device stage only enqueues copies.
+    std::optional<feed::Batch> batch =
+        ValueOrThrow(device_ ? device_->Next(reinterpret_cast<void*>(stream)) : loader_->Next());
     if (!batch) return nb::none();
     auto* owned = new feed::Batch(std::move(*batch));
     nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<feed::Batch*>(p); });
@@ -178,20 +200,30 @@ class PyLoader {
   }
 
   void SetEpoch(uint64_t epoch) {
-    ThrowIfError(WithoutGil([&] { return loader_->SetEpoch(epoch); }));
+    ThrowIfError(
+        WithoutGil([&] { return device_ ? device_->SetEpoch(epoch) : loader_->SetEpoch(epoch); }));
   }
 
-  std::string StateJson() const { return loader_->state().ToJson(); }
+  std::string StateJson() const { return (device_ ? device_->state() : loader_->state()).ToJson(); }
 
   void RestoreJson(const std::string& json) {
     feed::LoaderState state = ValueOrThrow(feed::LoaderState::FromJson(json));
-    ThrowIfError(WithoutGil([&] { return loader_->Restore(state); }));
+    ThrowIfError(
+        WithoutGil([&] { return device_ ? device_->Restore(state) : loader_->Restore(state); }));
   }
 
-  const feed::Loader& loader() const { return *loader_; }
+  feed::LoaderStats Stats() const { return device_ ? device_->stats() : loader_->stats(); }
+  // The host-side loader (the whole loader on the CPU path).
+  const feed::Loader& loader() const { return device_ ? device_->host() : *loader_; }
+  int device_index() const { return device_ ? device_->device_index() : -1; }
 
  private:
+  bool WaitForNext(std::chrono::nanoseconds timeout) {
+    return device_ ? device_->WaitForNext(timeout) : loader_->WaitForNext(timeout);
+  }
+
   std::unique_ptr<feed::Loader> loader_;
+  std::unique_ptr<feed::DeviceLoader> device_;
 };
 
 feed::LoaderOptions MakeLoaderOptions(const std::string& dataset, uint64_t batch_size, bool shuffle,
@@ -448,19 +480,24 @@ NB_MODULE(_core, m) {
              uint64_t seed, bool drop_last, std::optional<uint32_t> rank,
              std::optional<uint32_t> world_size, bool drop_uneven, int threads, int prefetch,
              uint64_t ram_cap_bytes, int max_held_batches, bool skip_bad,
-             const std::vector<std::string>& transforms) {
-            new (self) PyLoader(MakeLoaderOptions(
-                dataset, batch_size, shuffle, seed, drop_last, rank, world_size, drop_uneven,
-                threads, prefetch, ram_cap_bytes, max_held_batches, skip_bad, transforms));
+             const std::vector<std::string>& transforms, const std::string& device,
+             int device_prefetch) {
+            new (self)
+                PyLoader(MakeLoaderOptions(dataset, batch_size, shuffle, seed, drop_last, rank,
+                                           world_size, drop_uneven, threads, prefetch,
+                                           ram_cap_bytes, max_held_batches, skip_bad, transforms),
+                         device, device_prefetch);
           },
           "dataset"_a, "batch_size"_a, "shuffle"_a, "seed"_a, "drop_last"_a, "rank"_a.none(),
           "world_size"_a.none(), "drop_uneven"_a, "threads"_a, "prefetch"_a, "ram_cap_bytes"_a,
-          "max_held_batches"_a, "skip_bad"_a, "transforms"_a)
-      .def("next", &PyLoader::Next, "framework"_a, "with_info"_a = false)
+          "max_held_batches"_a, "skip_bad"_a, "transforms"_a, "device"_a = "cpu",
+          "device_prefetch"_a = 2)
+      .def("next", &PyLoader::Next, "framework"_a, "with_info"_a = false, "stream"_a = 0)
       .def("set_epoch", &PyLoader::SetEpoch, "epoch"_a)
       .def("state_json", &PyLoader::StateJson)
       .def("restore_json", &PyLoader::RestoreJson, "json"_a)
-      .def("stats", [](const PyLoader& l) { return StatsDict(l.loader().stats()); })
+      .def("stats", [](const PyLoader& l) { return StatsDict(l.Stats()); })
+      .def_prop_ro("device_index", &PyLoader::device_index)
       .def_prop_ro("batches_per_epoch",
                    [](const PyLoader& l) { return l.loader().batches_per_epoch(); })
       .def_prop_ro("batch_bytes", [](const PyLoader& l) { return l.loader().batch_bytes(); })

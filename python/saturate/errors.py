@@ -61,6 +61,12 @@ class CancelledError(Error):
     code = "cancelled"
 
 
+class UnavailableError(Error, RuntimeError):
+    """What was asked for is not on this machine, e.g. ``device="cuda"`` without a GPU."""
+
+    code = "unavailable"
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (
@@ -72,6 +78,7 @@ _BY_CODE = {
         UnimplementedError,
         InternalError,
         CancelledError,
+        UnavailableError,
     )
 }
 

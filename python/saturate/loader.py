@@ -18,6 +18,13 @@ overwritten. The pool has room for ``prefetch + max_held_batches`` batches;
 holding more than ``max_held_batches`` batches' large tensors at once raises
 an error instead of blocking (``.clone()`` what you keep for longer, or raise
 the limit). Small tensors (labels, lengths) are copies: keep them freely.
+
+On a GPU (``device="cuda"``) the workers decode and crop into pinned memory,
+the batch is copied on a side stream with the uint8 pixels, and the dtype,
+normalize and layout steps run as GPU kernels. Every tensor of the batch is
+then a view of a pooled device buffer (labels too: ``.clone()`` what you keep)
+and is ready on ``torch.cuda.current_stream()`` at the time it was yielded;
+releasing it lets the buffer be reused only after the work queued on that stream.
 """
 
 from __future__ import annotations
@@ -94,6 +101,9 @@ class Loader:
       max_held_batches: batches you may keep alive at once (see the lifetime rule).
       skip_bad: drop samples that fail to decode (counted in ``stats()``) instead of raising.
       ram_cap_bytes: autotuning keeps the batch pool under this (0: RAM / 10).
+      device: "cpu", or "cuda" / "cuda:N" to receive batches in GPU memory (see the
+        module docs); raises saturate.errors.UnavailableError where there is no GPU.
+      device_prefetch: batches copied to the GPU ahead of the one being used.
     """
 
     def __init__(
@@ -114,9 +124,13 @@ class Loader:
         max_held_batches: int = 2,
         skip_bad: bool = False,
         ram_cap_bytes: int = 0,
+        device: str = "cpu",
+        device_prefetch: int = 2,
     ):
         if framework not in _FRAMEWORKS:
             raise ValueError(f"framework: {framework!r} (use one of {', '.join(_FRAMEWORKS)})")
+        if device != "cpu" and framework == "numpy":
+            raise ValueError(f"framework='numpy' cannot hold {device} tensors; use torch, jax or dlpack")
         if framework in ("torch", "jax"):
             __import__(framework)  # a clear ImportError now, not at the first batch
         if not isinstance(batch_size, int) or batch_size <= 0:
@@ -139,7 +153,10 @@ class Loader:
             max_held_batches=max_held_batches,
             skip_bad=skip_bad,
             transforms=[field_spec(f, t) for f, t in (transforms or {}).items()],
+            device=device,
+            device_prefetch=device_prefetch,
         )
+        self._device = device
         self._epoch = 0
         self._done = 0  # batches of self._epoch delivered
 
@@ -151,11 +168,25 @@ class Loader:
         """The rest of the current epoch. When it ends, the loader moves on to the
         next epoch (and starts preparing it), so forgetting set_epoch() never
         repeats an epoch's order; breaking out and iterating again continues."""
-        core_next, framework = self._core.next, self._framework
-        while (tensors := core_next(framework)) is not None:
+        core_next, framework, stream = self._core.next, self._framework, self._stream
+        while (tensors := core_next(framework, stream=stream())) is not None:
             self._done += 1
             yield tensors
         self.set_epoch(self._epoch + 1)
+
+    def _stream(self) -> int:
+        """The cudaStream_t the next batch must be ready on: torch's current stream on
+        our device when torch is in use, else the default stream (0)."""
+        if self._device == "cpu":
+            return 0
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return 0
+        return torch.cuda.current_stream(self._core.device_index).cuda_stream
+
+    @property
+    def device(self) -> str:
+        return self._device
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch`` from its first batch (its order comes from (seed, epoch)).
@@ -209,7 +240,7 @@ class Loader:
     def _next_with_info(self):
         """(tensors, info) or None at the epoch's end; for tests: info holds the
         C++ buffer addresses."""
-        item = self._core.next(self._framework, with_info=True)
+        item = self._core.next(self._framework, with_info=True, stream=self._stream())
         if item is not None:
             self._done += 1
         return item

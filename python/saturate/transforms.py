@@ -129,14 +129,15 @@ class Normalize(Transform):
 
 
 class ToLayout(Transform):
-    """Image memory layout: "chw" (default, like torchvision) or "hwc".
-
-    HWC batches ``x`` [B, H, W, C] give channels_last tensors without a copy:
-    ``x.permute(0, 3, 1, 2)``.
+    """Image memory layout: "chw" (default, like torchvision), "hwc" ([B, H, W, C]) or
+    "channels_last": [B, C, H, W] tensors with HWC memory, as
+    ``x.to(memory_format=torch.channels_last)`` gives, for channels_last models.
     """
 
     def __init__(self, layout: str):
         self.layout = layout.lower()
+        if self.layout not in ("chw", "hwc", "channels_last"):
+            raise ValueError(f"ToLayout: {layout!r} (use chw, hwc or channels_last)")
 
     def options(self):
         return [f"layout={self.layout}"]

@@ -24,6 +24,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "internal";
     case StatusCode::kCancelled:
       return "cancelled";
+    case StatusCode::kUnavailable:
+      return "unavailable";
   }
   return "unknown";
 }

@@ -74,8 +74,9 @@ Result<DType> ParseOutputDType(std::string_view text) {
   if (text == "uint8") return DType::kUInt8;
   if (text == "float32") return DType::kFloat32;
   if (text == "float16") return DType::kFloat16;
+  if (text == "bfloat16") return DType::kBFloat16;
   return Status::InvalidArgument("option 'dtype': '" + std::string(text) +
-                                 "' (use uint8, float32 or float16)");
+                                 "' (use uint8, float32, float16 or bfloat16)");
 }
 
 Status ApplyOption(std::string_view key, std::string_view value, bool has_value, FieldOptions* f) {
@@ -137,10 +138,15 @@ Status ApplyOption(std::string_view key, std::string_view value, bool has_value,
                                            key == "mean" ? &f->array.mean : &f->array.std));
   } else if (key == "layout") {
     SATURATE_RETURN_IF_ERROR(need_value());
-    if (value != "chw" && value != "hwc") {
-      return Status::InvalidArgument("option 'layout': use chw or hwc");
+    if (value == "chw") {
+      img.layout = Layout::kCHW;
+    } else if (value == "hwc") {
+      img.layout = Layout::kHWC;
+    } else if (value == "channels_last") {
+      img.layout = Layout::kChannelsLast;
+    } else {
+      return Status::InvalidArgument("option 'layout': use chw, hwc or channels_last");
     }
-    img.layout = value == "chw" ? Layout::kCHW : Layout::kHWC;
   } else if (key == "to-float") {
     f->array.to_float = true;
   } else if (key == "scale") {

@@ -210,7 +210,7 @@ class Loader::Impl {
     Batch batch;
     batch.epoch_ = epoch_;
     batch.index_ = delivered_;
-    batch.buffer_ = std::move(slot.buffer);
+    std::shared_ptr<BatchBuffer> buffer = std::move(slot.buffer);
     Status error = std::move(slot.error);
     finish_valid_.assign(slot.valid.begin(), slot.valid.end());  // reuses capacity
     const uint64_t count = slot.count;
@@ -242,7 +242,8 @@ class Loader::Impl {
     if (counters) TraceCounters(*counters);
 
     if (!error.ok()) return error;
-    batch.tensors_ = plan_.Finish(batch.buffer_->data(), finish_valid_, count, &batch.size_);
+    batch.tensors_ = plan_.Finish(buffer->data(), finish_valid_, count, &batch.size_);
+    batch.owner_ = std::move(buffer);
     return std::optional<Batch>(std::move(batch));
   }
 
@@ -293,6 +294,7 @@ class Loader::Impl {
   const Sampler& sampler() const { return sampler_; }
   const SamplePlan& plan() const { return plan_; }
   uint64_t dataset_size() const { return dataset_->size(); }
+  const format::Schema& schema() const { return dataset_->schema(); }
 
  private:
   // Measurements at the start of an autotuning window.
@@ -641,6 +643,7 @@ uint64_t Loader::batches_per_epoch() const { return impl_->batches_per_epoch(); 
 uint64_t Loader::batch_bytes() const { return impl_->plan().batch_bytes(); }
 uint32_t Loader::rank() const { return impl_->sampler().options().shard.rank; }
 uint32_t Loader::world_size() const { return impl_->sampler().options().shard.world_size; }
+const format::Schema& Loader::schema() const { return impl_->schema(); }
 Result<std::optional<Batch>> Loader::Next() { return impl_->Next(); }
 bool Loader::WaitForNext(std::chrono::nanoseconds timeout) { return impl_->WaitForNext(timeout); }
 Status Loader::SetEpoch(uint64_t epoch) { return impl_->SetEpoch(epoch, 0); }

@@ -13,6 +13,7 @@
 
 #include "base/file.h"
 #include "base/testing.h"
+#include "feed/testing/datasets.h"
 #include "format/shard_format.h"
 #include "image/codec.h"
 #include "saturate/format/writer.h"
@@ -24,6 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using format::FieldKind;
 using format::FieldSpec;
+using saturate::testing::WriteImageDataset;
 
 // Records: pixels uint8[4,4] filled with (i % 251), label = i, tokens int32[i % 5].
 Status WriteArrayDataset(const std::string& dir, uint64_t n) {
@@ -39,23 +41,6 @@ Status WriteArrayDataset(const std::string& dir, uint64_t n) {
     std::vector<std::span<const std::byte>> f{format::AsBytes(std::span<const uint8_t>(px)),
                                               format::AsBytes(label),
                                               format::AsBytes(std::span<const int32_t>(tokens))};
-    SATURATE_RETURN_IF_ERROR(w->Append(f));
-  }
-  return w->Finish();
-}
-
-// Records: a small JPEG of a gradient keyed on i, label = i.
-Status WriteImageDataset(const std::string& dir, uint64_t n) {
-  format::Schema schema{
-      {FieldSpec{"image", FieldKind::kImage}, FieldSpec{"label", FieldKind::kInt64}}};
-  SATURATE_ASSIGN_OR_RETURN(auto w, format::DatasetWriter::Create(dir, schema));
-  for (uint64_t i = 0; i < n; ++i) {
-    const int width = 64 + static_cast<int>(i % 7) * 8, height = 48 + static_cast<int>(i % 5) * 8;
-    std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
-    for (size_t p = 0; p < rgb.size(); ++p) rgb[p] = static_cast<uint8_t>((p * (i + 3)) % 256);
-    SATURATE_ASSIGN_OR_RETURN(auto jpeg, image::EncodeJpeg(rgb.data(), width, height, 85));
-    int64_t label = static_cast<int64_t>(i);
-    std::vector<std::span<const std::byte>> f{jpeg, format::AsBytes(label)};
     SATURATE_RETURN_IF_ERROR(w->Append(f));
   }
   return w->Finish();

@@ -43,13 +43,40 @@ const FieldOptions* FindOptions(const std::vector<FieldOptions>& options, const 
   return nullptr;
 }
 
+}  // namespace
+
+image::PixelType PixelTypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return image::PixelType::kFloat32;
+    case DType::kFloat16:
+      return image::PixelType::kFloat16;
+    case DType::kBFloat16:
+      return image::PixelType::kBFloat16;
+    default:
+      return image::PixelType::kUInt8;
+  }
+}
+
+image::Layout ImageLayout(Layout layout) {
+  return layout == Layout::kCHW ? image::Layout::kCHW : image::Layout::kHWC;
+}
+
+std::vector<int64_t> ImageStrides(Layout layout, int64_t height, int64_t width) {
+  if (layout != Layout::kChannelsLast) return {};
+  return {height * width * 3, 1, width * 3, 3};
+}
+
+namespace {
+
 Status CheckImageOptions(const std::string& name, const ImageTransform& t) {
   auto bad = [&](const std::string& what) {
     return Status::InvalidArgument("field '" + name + "': " + what);
   };
   if (t.height <= 0 || t.width <= 0) return bad("image size must be positive");
-  if (t.dtype != DType::kUInt8 && t.dtype != DType::kFloat32 && t.dtype != DType::kFloat16) {
-    return bad("image dtype must be uint8, float32 or float16");
+  if (t.dtype != DType::kUInt8 && t.dtype != DType::kFloat32 && t.dtype != DType::kFloat16 &&
+      t.dtype != DType::kBFloat16) {
+    return bad("image dtype must be uint8, float32, float16 or bfloat16");
   }
   if (t.normalize && t.dtype == DType::kUInt8) return bad("normalize needs a float dtype");
   if (!(t.scale_min > 0 && t.scale_min <= t.scale_max && t.scale_max <= 1)) {
@@ -92,9 +119,11 @@ Status SamplePlan::ArrayToFloat(const Output& out, std::span<const std::byte> sr
       ScaleToFloat<float>(src.data(), n, t, dst);
       return Status::OK();
     case DType::kFloat16:
+    case DType::kBFloat16:
       break;
   }
-  return Status::Unimplemented("field '" + out.name + "': to_float from float16");
+  return Status::Unimplemented("field '" + out.name + "': to_float from " +
+                               std::string(format::DTypeName(out.src_dtype)));
 }
 
 Result<SamplePlan> SamplePlan::Create(const format::Schema& schema,
@@ -125,8 +154,9 @@ Result<SamplePlan> SamplePlan::Create(const format::Schema& schema,
         SATURATE_RETURN_IF_ERROR(CheckImageOptions(spec.name, t));
         out.kind = Kind::kImage;
         out.dtype = t.dtype;
-        out.sample_shape = t.layout == Layout::kCHW ? std::vector<int64_t>{3, t.height, t.width}
-                                                    : std::vector<int64_t>{t.height, t.width, 3};
+        // channels_last is [3, H, W] in HWC memory (strides set in Finish), as PyTorch has it.
+        out.sample_shape = t.layout == Layout::kHWC ? std::vector<int64_t>{t.height, t.width, 3}
+                                                    : std::vector<int64_t>{3, t.height, t.width};
         break;
       }
       case FieldKind::kArray:
@@ -189,7 +219,7 @@ Status SamplePlan::WriteImage(const Output& out, std::span<const std::byte> byte
       return crop;
     }
   } planner(&t, SampleRng(seed ^ (out.field * 0x9E3779B97F4A7C15ull), epoch, record_index));
-  const bool direct = t.dtype == DType::kUInt8 && t.layout == Layout::kHWC;
+  const bool direct = t.dtype == DType::kUInt8 && t.layout != Layout::kCHW;
   const size_t pixel_bytes = static_cast<size_t>(t.width) * t.height * 3;
   if (!direct && scratch->pixels.size() < pixel_bytes) scratch->pixels.resize(pixel_bytes);
   uint8_t* rgb = direct ? reinterpret_cast<uint8_t*>(dst) : scratch->pixels.data();
@@ -198,13 +228,9 @@ Status SamplePlan::WriteImage(const Output& out, std::span<const std::byte> byte
   auto t1 = Clock::now();
   times->decode_ns += Nanos(t0, t1);
   if (!direct) {
-    image::PixelType type = t.dtype == DType::kUInt8     ? image::PixelType::kUInt8
-                            : t.dtype == DType::kFloat32 ? image::PixelType::kFloat32
-                                                         : image::PixelType::kFloat16;
     image::ConvertPixels(rgb, t.height, t.width, t.normalize ? t.mean.data() : nullptr,
-                         t.normalize ? t.std.data() : nullptr,
-                         t.layout == Layout::kCHW ? image::Layout::kCHW : image::Layout::kHWC, type,
-                         dst);
+                         t.normalize ? t.std.data() : nullptr, ImageLayout(t.layout),
+                         PixelTypeOf(t.dtype), dst);
     times->transform_ns += Nanos(t1, Clock::now());
   }
   return Status::OK();
@@ -280,7 +306,7 @@ std::vector<TensorView> SamplePlan::Finish(std::byte* buffer, const std::vector<
   views.reserve(outputs_.size());
   for (size_t o = 0; o < outputs_.size(); ++o) {
     const Output& out = outputs_[o];
-    TensorView v{out.name, out.dtype, {static_cast<int64_t>(k)}, buffer + out.offset};
+    TensorView v{out.name, out.dtype, {static_cast<int64_t>(k)}, {}, buffer + out.offset};
     if (out.kind == Kind::kVarArray) {
       // Re-stride rows from max_length to the longest in this batch, padding the tail.
       const auto* lengths = reinterpret_cast<const int64_t*>(buffer + outputs_[o + 1].offset);
@@ -298,6 +324,10 @@ std::vector<TensorView> SamplePlan::Finish(std::byte* buffer, const std::vector<
       v.shape.push_back(longest);
     } else {
       v.shape.insert(v.shape.end(), out.sample_shape.begin(), out.sample_shape.end());
+    }
+    if (out.kind == Kind::kImage) {
+      const ImageTransform& t = out.options.image;
+      v.strides = ImageStrides(t.layout, t.height, t.width);
     }
     views.push_back(std::move(v));
   }

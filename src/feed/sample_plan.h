@@ -34,6 +34,14 @@ struct StageTimes {
   uint64_t transform_ns = 0;
 };
 
+// The image library's pixel type and memory layout for an output dtype and
+// layout; channels_last images are HWC in memory.
+image::PixelType PixelTypeOf(DType dtype);
+image::Layout ImageLayout(Layout layout);
+// Element strides of a [B, 3, H, W] channels_last batch; empty (contiguous)
+// for the other layouts.
+std::vector<int64_t> ImageStrides(Layout layout, int64_t height, int64_t width);
+
 class SamplePlan {
  public:
   enum class Kind : uint8_t { kImage, kArray, kScalar, kVarArray, kLengths };

@@ -18,8 +18,9 @@ constexpr uint64_t kMaxFieldBytes = uint64_t{1} << 40;
 
 constexpr std::string_view kKindNames[] = {"bytes",   "image", "int64",
                                            "float32", "array", "var_array"};
-constexpr std::string_view kDTypeNames[] = {"uint8", "int32", "int64", "float16", "float32"};
-constexpr size_t kDTypeSizes[] = {1, 4, 8, 2, 4};
+constexpr std::string_view kDTypeNames[] = {"uint8",   "int32",   "int64",
+                                            "float16", "float32", "bfloat16"};
+constexpr size_t kDTypeSizes[] = {1, 4, 8, 2, 4, 2};
 
 template <typename T>
 bool FitsInteger(const json& v) {

@@ -755,6 +755,13 @@ inline uint16_t HalfBits(float f) {
   return static_cast<uint16_t>((sign >> 16) | (nan_mask & 0x7E00u) | (~nan_mask & nonsign));
 }
 
+// Float -> bfloat16, round to nearest even (as __float2bfloat16_rn).
+inline uint16_t BFloat16Bits(float f) {
+  const uint32_t w = std::bit_cast<uint32_t>(f);
+  if ((w & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((w >> 16) | 0x0040u);  // NaN
+  return static_cast<uint16_t>((w + 0x7FFFu + ((w >> 16) & 1u)) >> 16);
+}
+
 // Splits interleaved RGB bytes into three planes.
 void RgbToPlanes(const uint8_t* rgb, size_t pixels, uint8_t* r, uint8_t* g, uint8_t* b) {
   size_t i = 0;
@@ -942,6 +949,17 @@ void DisableAvx2ResizeForTesting(bool disable) { g_avx2_disabled = disable; }
 
 uint16_t FloatToHalfBits(float value) { return HalfBits(value); }
 
+uint16_t FloatToBFloat16Bits(float value) { return BFloat16Bits(value); }
+
+void PixelAffine(const float* mean, const float* std, float scale[3], float bias[3]) {
+  for (int c = 0; c < 3; ++c) {
+    const double m = mean != nullptr ? mean[c] : 0.0;
+    const double sd = std != nullptr ? std[c] : 1.0;
+    scale[c] = static_cast<float>(1.0 / (255.0 * sd));
+    bias[c] = static_cast<float>(-m / sd);
+  }
+}
+
 void ConvertPixels(const uint8_t* hwc, int height, int width, const float* mean, const float* std,
                    Layout layout, PixelType type, void* out) {
   if (hwc == nullptr || out == nullptr || height <= 0 || width <= 0) return;
@@ -955,20 +973,17 @@ void ConvertPixels(const uint8_t* hwc, int height, int width, const float* mean,
     }
     return;
   }
-  // (x/255 - mean) / std == x * (1 / (255 std)) + (-mean / std).
   float scale[3], bias[3];
-  for (int c = 0; c < 3; ++c) {
-    const double m = mean != nullptr ? mean[c] : 0.0;
-    const double sd = std != nullptr ? std[c] : 1.0;
-    scale[c] = static_cast<float>(1.0 / (255.0 * sd));
-    bias[c] = static_cast<float>(-m / sd);
-  }
+  PixelAffine(mean, std, scale, bias);
   if (type == PixelType::kFloat32) {
     ConvertAffine(hwc, pixels, scale, bias, layout, static_cast<float*>(out),
                   [](float v) { return v; });
-  } else {
+  } else if (type == PixelType::kFloat16) {
     ConvertAffine(hwc, pixels, scale, bias, layout, static_cast<uint16_t*>(out),
                   [](float v) { return HalfBits(v); });
+  } else {
+    ConvertAffine(hwc, pixels, scale, bias, layout, static_cast<uint16_t*>(out),
+                  [](float v) { return BFloat16Bits(v); });
   }
 }
 

@@ -147,13 +147,16 @@ void CropResizeRgb(const uint8_t* rgb, int width, int height, const CropRect& cr
 void DisableAvx2ResizeForTesting(bool disable);
 
 enum class Layout { kHWC, kCHW };
-enum class PixelType { kUInt8, kFloat32, kFloat16 };
+enum class PixelType { kUInt8, kFloat32, kFloat16, kBFloat16 };
+inline size_t PixelTypeSize(PixelType type) {
+  return type == PixelType::kUInt8 ? 1 : type == PixelType::kFloat32 ? 4 : 2;
+}
 
 // Converts interleaved RGB8 (height x width x 3) to `out` in `layout`:
 // kUInt8 copies (uint8_t); kFloat32 and kFloat16 compute
 // (x / 255 - mean[c]) / std[c] (torchvision ToTensor + Normalize; without
 // mean/std just x / 255), as float or IEEE half bits (uint16_t, rounded to
-// nearest even), computed as x * (1 / (255 std)) + (-mean / std), within
+// nearest even; kBFloat16 likewise), computed as x * (1 / (255 std)) + (-mean / std), within
 // about 1 ulp of the two-step form. mean and std are 3 floats or nullptr
 // (mean 0, std 1); ignored for
 // kUInt8. `out` must hold height * width * 3 elements and not overlap `hwc`.
@@ -163,6 +166,15 @@ void ConvertPixels(const uint8_t* hwc, int height, int width, const float* mean,
 // IEEE 754 binary16 bits of `value`, rounded to nearest even (overflow gives
 // infinity, NaN stays NaN). Exposed for tests and other converters.
 uint16_t FloatToHalfBits(float value);
+// bfloat16 bits of `value` (the top half of the float), rounded to nearest
+// even; NaN stays a quiet NaN.
+uint16_t FloatToBFloat16Bits(float value);
+
+// The per-channel affine form of (x / 255 - mean) / std used by
+// ConvertPixels: x * scale[c] + bias[c], computed in float without a fused
+// multiply-add. Other converters (the GPU kernels) use these same constants
+// so that their output is bit-identical.
+void PixelAffine(const float* mean, const float* std, float scale[3], float bias[3]);
 
 }  // namespace saturate::image
 

@@ -17,6 +17,7 @@ int ReportError(std::string_view command, const Status& status) {
     case StatusCode::kInvalidArgument:
     case StatusCode::kNotFound:
     case StatusCode::kAlreadyExists:
+    case StatusCode::kUnavailable:
       return kExitUsage;
     case StatusCode::kCorruption:
       return kExitCorrupt;

@@ -80,7 +80,8 @@ json DescribeField(const FieldSpec& spec, const format::Record& rec, size_t fiel
           j.update(ArrayPreview<int64_t>(bytes));
           break;
         case format::DType::kFloat16:
-          j.update(ArrayPreview<uint16_t>(bytes));  // raw half bits
+        case format::DType::kBFloat16:
+          j.update(ArrayPreview<uint16_t>(bytes));  // raw 16-bit float bits
           break;
         case format::DType::kFloat32:
           j.update(ArrayPreview<float>(bytes));

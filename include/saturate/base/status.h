@@ -39,6 +39,7 @@ enum class StatusCode : int {
   kUnimplemented = 6,
   kInternal = 7,
   kCancelled = 8,
+  kUnavailable = 9,  // what was asked for is not on this machine (e.g. no GPU)
 };
 
 // Returns a stable lower-case name for `code` ("corruption", "io_error", ...).
@@ -65,6 +66,7 @@ class [[nodiscard]] Status {
   }
   static Status Internal(std::string_view msg) { return Status(StatusCode::kInternal, msg); }
   static Status Cancelled(std::string_view msg) { return Status(StatusCode::kCancelled, msg); }
+  static Status Unavailable(std::string_view msg) { return Status(StatusCode::kUnavailable, msg); }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

@@ -55,7 +55,9 @@ class BatchAllocator {
 };
 std::shared_ptr<BatchAllocator> HostAllocator();
 
-enum class Layout : uint8_t { kCHW, kHWC };
+// kChannelsLast: shape [3, H, W] per sample, HWC in memory (PyTorch's
+// torch.channels_last); the batch tensor carries strides.
+enum class Layout : uint8_t { kCHW, kHWC, kChannelsLast };
 
 // How an image field becomes a [B, C, H, W] (or [B, H, W, C]) tensor, with
 // torchvision semantics.
@@ -75,7 +77,7 @@ struct ImageTransform {
   std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};
   std::array<float, 3> std = {0.229f, 0.224f, 0.225f};
   Layout layout = Layout::kCHW;
-  DType dtype = DType::kUInt8;  // kUInt8, kFloat32 or kFloat16; float means x / 255
+  DType dtype = DType::kUInt8;  // kUInt8, kFloat32, kFloat16 or kBFloat16; float means x / 255
 };
 
 // Fixed-shape arrays: copied as stored, or converted to float as
@@ -110,8 +112,9 @@ struct FieldOptions {
 // Parses a per-field transform written as "FIELD:OPTION,OPTION,...", the form
 // the CLI (--transform) and the Python package accept. Options:
 //   images:  crop=random|center  size=N|HxW  resize=N (shorter side, center crop)
-//            area=MIN..MAX  ratio=MIN..MAX  flip=P  dtype=uint8|float32|float16
-//            normalize (ImageNet mean/std)  mean=R/G/B  std=R/G/B  layout=chw|hwc
+//            area=MIN..MAX  ratio=MIN..MAX  flip=P  dtype=uint8|float32|float16|bfloat16
+//            normalize (ImageNet mean/std)  mean=R/G/B  std=R/G/B
+//            layout=chw|hwc|channels_last
 //   arrays:  to-float  scale=S  mean=M  std=S  (as (x * scale - mean) / std)
 //   var arrays: max-length=N  truncate  pad=V
 // Errors name the option. Example: "image:crop=random,size=224,flip=0.5,dtype=float32,normalize".
@@ -141,12 +144,12 @@ struct LoaderOptions {
 struct TensorView {
   std::string name;
   DType dtype = DType::kUInt8;
-  std::vector<int64_t> shape;  // shape[0] is the batch size
+  std::vector<int64_t> shape;    // shape[0] is the batch size
+  std::vector<int64_t> strides;  // in elements; empty: C-contiguous
   void* data = nullptr;
-  size_t bytes() const;
+  int cuda_device = -1;  // -1: host memory, else the CUDA device that holds `data`
+  size_t bytes() const;  // of the elements (strides only permute them)
 };
-
-class BatchBuffer;  // a pooled buffer; returned to its pool when released
 
 class Batch {
  public:
@@ -159,9 +162,10 @@ class Batch {
 
  private:
   friend class Loader;
+  friend class DeviceLoader;
   uint64_t epoch_ = 0, index_ = 0, size_ = 0;
   std::vector<TensorView> tensors_;
-  std::shared_ptr<BatchBuffer> buffer_;
+  std::shared_ptr<void> owner_;  // the pooled buffer; back to its pool when the last copy dies
 };
 
 // Where a loader stands in its stream of batches. Restore() checks that the
@@ -188,7 +192,12 @@ struct LoaderStats {
   uint64_t batches_ready = 0;
   uint64_t batches_delivered = 0;
   uint64_t wait_ns = 0;  // consumer time blocked in Next()
-  int threads = 0;       // current values (the autotuner may change them)
+  // DeviceLoader only: bytes and batches copied host -> device, and device
+  // buffers allocated (constant in the steady state).
+  uint64_t h2d_bytes = 0;
+  uint64_t h2d_batches = 0;
+  uint64_t device_buffers = 0;
+  int threads = 0;  // current values (the autotuner may change them)
   int prefetch = 0;
   std::string autotune_reason;  // why the autotuner last changed them, if it did
 };
@@ -204,6 +213,7 @@ class Loader {
   uint64_t batch_bytes() const;  // bytes of one batch buffer
   uint32_t rank() const;
   uint32_t world_size() const;
+  const format::Schema& schema() const;
 
   // The next batch of the current epoch, or nullopt at its end.
   Result<std::optional<Batch>> Next();

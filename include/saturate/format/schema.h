@@ -32,7 +32,8 @@ enum class FieldKind : uint8_t {
 };
 
 // Element type of array fields (little-endian).
-enum class DType : uint8_t { kUInt8, kInt32, kInt64, kFloat16, kFloat32 };
+// Values are stored in manifests: append only.
+enum class DType : uint8_t { kUInt8, kInt32, kInt64, kFloat16, kFloat32, kBFloat16 };
 
 std::string_view FieldKindName(FieldKind kind);  // "bytes", "image", "int64", ...
 std::string_view DTypeName(DType dtype);         // "uint8", "int32", ...

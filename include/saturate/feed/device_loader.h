@@ -1,0 +1,92 @@
+// DeviceLoader: a Loader whose batches arrive in GPU memory, ready to use.
+//
+//   Loader threads: decode + crop into pinned batch buffers (uint8 HWC)
+//     -> copy stream: cudaMemcpyAsync into a pooled device buffer, then the
+//        conversion kernels (to float32/float16/bfloat16, normalize, CHW or
+//        channels_last) -> event
+//     -> Next(stream): `stream` waits on the event; the batch is returned
+//
+// The PCIe bus carries uint8 pixels and the CPU only decodes and crops.
+// Copies of `prefetch` batches are issued ahead of the consumer, so they
+// overlap its compute; the consumer's CPU thread never waits for a copy
+// unless the pipeline is empty.
+//
+// Memory: host batch buffers are page-locked once (cudaHostAlloc) through
+// the Loader's BatchAllocator, so workers decode straight into memory the
+// GPU can read. Device buffers (prefetch + max_held_batches of them) are
+// allocated on first use and reused; nothing is allocated per batch.
+//
+// Stream safety: Next(stream) makes `stream` wait until the batch is on the
+// device. When the last copy of a Batch is released, an event is recorded on
+// that same stream, and the buffer is not written again until the event
+// passes, so kernels queued on `stream` may still read it after release
+// (PyTorch's caching allocator gives the same guarantee for one stream).
+// Work on other streams must be ordered by the caller, as with any tensor.
+//
+// Errors and order are the Loader's: a failing sample reaches Next() as a
+// Status in its batch's place. state() counts batches delivered to the
+// consumer, not those copied ahead, so Restore() resumes exactly.
+//
+// Thread-safety: one consumer thread calls Next()/WaitForNext()/SetEpoch()/
+// Restore(); stats() and state() may be called from any thread. Batches may
+// be released from any thread and may outlive the DeviceLoader.
+#ifndef SATURATE_FEED_DEVICE_LOADER_H_
+#define SATURATE_FEED_DEVICE_LOADER_H_
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "saturate/base/status.h"
+#include "saturate/feed/loader.h"
+
+namespace saturate::device {
+class Gpu;
+}
+
+namespace saturate::feed {
+
+struct DeviceOptions {
+  std::string device = "cuda";  // "cuda" or "cuda:N"
+  int prefetch = 2;             // batches copied to the device ahead of the consumer
+};
+
+class DeviceLoader {
+ public:
+  // Unavailable (naming the reason) when the device cannot be used: no GPU,
+  // no driver, or a build without CUDA.
+  static Result<std::unique_ptr<DeviceLoader>> Open(const LoaderOptions& options,
+                                                    const DeviceOptions& device);
+  // The same on a given Gpu (tests pass a FakeGpu).
+  static Result<std::unique_ptr<DeviceLoader>> Open(const LoaderOptions& options, int prefetch,
+                                                    std::shared_ptr<device::Gpu> gpu);
+  ~DeviceLoader();  // waits for copies in flight; never hangs
+  DeviceLoader(const DeviceLoader&) = delete;
+  DeviceLoader& operator=(const DeviceLoader&) = delete;
+
+  // The next batch, its tensors in device memory (TensorView::cuda_device
+  // set), ready for work enqueued on `stream` (a cudaStream_t; nullptr is
+  // the default stream); nullopt at the epoch's end.
+  Result<std::optional<Batch>> Next(void* stream);
+  // As Loader::WaitForNext.
+  bool WaitForNext(std::chrono::nanoseconds timeout);
+  Status SetEpoch(uint64_t epoch);
+  LoaderState state() const;
+  Status Restore(const LoaderState& state);
+  // The host loader's counters plus h2d_bytes, h2d_batches, device_buffers.
+  LoaderStats stats() const;
+
+  // The host-side loader (batches_per_epoch, rank, schema, ...).
+  const Loader& host() const;
+  int device_index() const;
+
+ private:
+  class Impl;
+  explicit DeviceLoader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace saturate::feed
+
+#endif  // SATURATE_FEED_DEVICE_LOADER_H_

@@ -1,0 +1,88 @@
+// Gpu: the narrow interface through which the loader's device stage reaches
+// an accelerator: pinned host memory, device memory, streams, events, async
+// host-to-device copies and the pixel-conversion kernels.
+//
+// Two implementations: the CUDA runtime (OpenCudaGpu, in builds with the
+// toolkit) and FakeGpu (device/testing/fake_gpu.h), which runs streams as
+// host threads so that the stage's ordering logic is tested on machines
+// without a GPU. The CPU path never goes through this interface.
+//
+// Handles are opaque pointers. For CUDA a Stream is a cudaStream_t (nullptr
+// is the legacy default stream), so a framework's stream, e.g.
+// torch.cuda.current_stream().cuda_stream, can be passed in; an Event is a
+// cudaEvent_t. Streams and events made by Create*() are owned by the caller
+// and released with Destroy*().
+//
+// Thread-safety: every method may be called from any thread.
+#ifndef SATURATE_DEVICE_GPU_H_
+#define SATURATE_DEVICE_GPU_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "image/transform.h"
+#include "saturate/base/status.h"
+
+namespace saturate::device {
+
+using Stream = void*;
+using Event = void*;
+
+// uint8 pixels [batch, height, width, 3] -> `type` in `layout` per image
+// (kHWC also serves channels_last), computed exactly as
+// image::ConvertPixels computes one image, so the bytes match the CPU path.
+struct PixelConvert {
+  int64_t batch = 0;
+  int height = 0;
+  int width = 0;
+  image::PixelType type = image::PixelType::kFloat32;
+  image::Layout layout = image::Layout::kCHW;
+  bool normalize = false;
+  std::array<float, 3> mean = {0, 0, 0};
+  std::array<float, 3> std = {1, 1, 1};
+
+  uint64_t pixels() const { return static_cast<uint64_t>(batch) * height * width; }
+};
+
+class Gpu {
+ public:
+  virtual ~Gpu() = default;
+
+  virtual int index() const = 0;  // the device number ("cuda:N")
+
+  virtual Result<void*> AllocPinned(size_t bytes) = 0;  // page-locked host memory
+  virtual void FreePinned(void* ptr) = 0;
+  virtual Result<void*> AllocDevice(size_t bytes) = 0;
+  virtual void FreeDevice(void* ptr) = 0;
+
+  virtual Result<Stream> CreateStream() = 0;  // does not synchronize with the default stream
+  virtual void DestroyStream(Stream stream) = 0;
+  virtual Result<Event> CreateEvent() = 0;
+  virtual void DestroyEvent(Event event) = 0;
+
+  // Enqueued on `stream`; `src` must be pinned for the copy to be asynchronous.
+  virtual Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream stream) = 0;
+  // Enqueued on `stream`; `src` and `dst` are device memory.
+  virtual Status ConvertPixels(const PixelConvert& spec, const void* src, void* dst,
+                               Stream stream) = 0;
+  virtual Status Record(Event event, Stream stream) = 0;
+  // Work enqueued on `stream` later waits until `event` has passed.
+  virtual Status StreamWait(Stream stream, Event event) = 0;
+  // Whether everything before the last Record(event) has finished.
+  virtual Result<bool> Done(Event event) = 0;
+  virtual Status Synchronize(Event event) = 0;  // blocks the caller until Done
+};
+
+// "cuda" -> 0, "cuda:N" -> N; anything else is InvalidArgument naming it.
+Result<int> ParseCudaDevice(std::string_view device);
+
+// CUDA device `index`, or Unavailable saying why not (no GPU or driver, a
+// build without CUDA, an index out of range).
+Result<std::shared_ptr<Gpu>> OpenCudaGpu(int index);
+
+}  // namespace saturate::device
+
+#endif  // SATURATE_DEVICE_GPU_H_

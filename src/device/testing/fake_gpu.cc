@@ -1,0 +1,219 @@
+#include "device/testing/fake_gpu.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+namespace saturate::testing {
+
+// A stream: one thread running enqueued work in order.
+class FakeGpu::FakeStream {
+ public:
+  FakeStream() : thread_([this] { Run(); }) {}
+  ~FakeStream() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();  // runs what is queued first
+  }
+
+  void Enqueue(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      work_.push_back(std::move(fn));
+      ++enqueued_;
+    }
+    cv_.notify_all();
+  }
+
+  void Drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t target = enqueued_;
+    cv_.wait(lock, [&] { return finished_ >= target; });
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || !work_.empty(); });
+      if (work_.empty()) return;
+      std::function<void()> fn = std::move(work_.front());
+      work_.pop_front();
+      lock.unlock();
+      fn();
+      fn = nullptr;  // what it captured may enqueue more work on release
+      lock.lock();
+      ++finished_;
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> work_;
+  uint64_t enqueued_ = 0, finished_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// An event passes generation g when the work recorded before its g-th
+// Record() has run.
+struct FakeGpu::FakeEvent {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t recorded = 0;
+  uint64_t passed = 0;
+
+  void WaitFor(uint64_t generation) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return passed >= generation; });
+  }
+};
+
+FakeGpu::FakeGpu(std::chrono::microseconds copy_delay)
+    : copy_delay_(copy_delay), default_stream_(std::make_unique<FakeStream>()) {}
+
+FakeGpu::~FakeGpu() = default;
+
+FakeGpu::FakeStream* FakeGpu::Get(Stream stream) {
+  return stream == nullptr ? default_stream_.get() : static_cast<FakeStream*>(stream);
+}
+
+Result<void*> FakeGpu::AllocPinned(size_t bytes) {
+  void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (p == nullptr) return Status::IOError("fake pinned allocation failed");
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counters_.pinned_allocs;
+  pinned_.insert(p);
+  return p;
+}
+
+void FakeGpu::FreePinned(void* ptr) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pinned_.erase(ptr) == 0) std::abort();  // not ours: a bug in the caller
+  }
+  std::free(ptr);
+}
+
+Result<void*> FakeGpu::AllocDevice(size_t bytes) {
+  void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (p == nullptr) return Status::IOError("fake device allocation failed");
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counters_.device_allocs;
+  device_.insert(p);
+  return p;
+}
+
+void FakeGpu::FreeDevice(void* ptr) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (device_.erase(ptr) == 0) std::abort();
+    ++counters_.device_frees;
+  }
+  std::free(ptr);
+}
+
+Result<Stream> FakeGpu::CreateStream() { return static_cast<Stream>(new FakeStream()); }
+
+void FakeGpu::DestroyStream(Stream stream) { delete static_cast<FakeStream*>(stream); }
+
+Result<Event> FakeGpu::CreateEvent() { return static_cast<Event>(new FakeEvent()); }
+
+void FakeGpu::DestroyEvent(Event event) { delete static_cast<FakeEvent*>(event); }
+
+Status FakeGpu::CopyToDevice(void* dst, const void* src, size_t bytes, Stream stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.copies;
+    counters_.copy_bytes += bytes;
+  }
+  const auto delay = copy_delay_;
+  Get(stream)->Enqueue([dst, src, bytes, delay] {
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);
+    std::memcpy(dst, src, bytes);
+  });
+  return Status::OK();
+}
+
+Status FakeGpu::ConvertPixels(const PixelConvert& spec, const void* src, void* dst, Stream stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.conversions;
+  }
+  Get(stream)->Enqueue([spec, src, dst] {
+    const size_t in_bytes = size_t(spec.height) * spec.width * 3;
+    const size_t out_bytes = in_bytes * image::PixelTypeSize(spec.type);
+    for (int64_t b = 0; b < spec.batch; ++b) {
+      image::ConvertPixels(static_cast<const uint8_t*>(src) + b * in_bytes, spec.height, spec.width,
+                           spec.normalize ? spec.mean.data() : nullptr,
+                           spec.normalize ? spec.std.data() : nullptr, spec.layout, spec.type,
+                           static_cast<std::byte*>(dst) + b * out_bytes);
+    }
+  });
+  return Status::OK();
+}
+
+Status FakeGpu::Record(Event event, Stream stream) {
+  auto* e = static_cast<FakeEvent*>(event);
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    generation = ++e->recorded;
+  }
+  Get(stream)->Enqueue([e, generation] {
+    std::lock_guard<std::mutex> lock(e->mu);
+    e->passed = std::max(e->passed, generation);
+    e->cv.notify_all();
+  });
+  return Status::OK();
+}
+
+Status FakeGpu::StreamWait(Stream stream, Event event) {
+  auto* e = static_cast<FakeEvent*>(event);
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    generation = e->recorded;
+  }
+  Get(stream)->Enqueue([e, generation] { e->WaitFor(generation); });
+  return Status::OK();
+}
+
+Result<bool> FakeGpu::Done(Event event) {
+  auto* e = static_cast<FakeEvent*>(event);
+  std::lock_guard<std::mutex> lock(e->mu);
+  return e->passed >= e->recorded;
+}
+
+Status FakeGpu::Synchronize(Event event) {
+  auto* e = static_cast<FakeEvent*>(event);
+  uint64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    generation = e->recorded;
+  }
+  e->WaitFor(generation);
+  return Status::OK();
+}
+
+void FakeGpu::Enqueue(Stream stream, std::function<void()> fn) {
+  Get(stream)->Enqueue(std::move(fn));
+}
+
+void FakeGpu::Drain(Stream stream) { Get(stream)->Drain(); }
+
+FakeGpu::Counters FakeGpu::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Counters c = counters_;
+  c.live_device_buffers = device_.size();
+  c.live_pinned_buffers = pinned_.size();
+  return c;
+}
+
+}  // namespace saturate::testing

@@ -1,0 +1,83 @@
+// FakeGpu: a Gpu whose "device" is host memory and whose streams are host
+// threads, for testing the device stage without a GPU.
+//
+// It keeps CUDA's ordering semantics, not its speed: each stream runs its
+// work in order on its own thread, events pass when the work recorded before
+// them has run, and StreamWait() holds a stream until an event passes. With
+// `copy_delay` every copy sleeps first, so a consumer that reads a batch
+// before its copy has finished sees stale bytes and a test catches it.
+// Conversions run image::ConvertPixels, the CPU path's own code.
+//
+// Thread-safety: as Gpu; counters() may be read from any thread.
+#ifndef SATURATE_DEVICE_TESTING_FAKE_GPU_H_
+#define SATURATE_DEVICE_TESTING_FAKE_GPU_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+
+#include "device/gpu.h"
+
+namespace saturate::testing {
+
+using device::Event;
+using device::PixelConvert;
+using device::Stream;
+
+class FakeGpu : public device::Gpu {
+ public:
+  struct Counters {
+    uint64_t pinned_allocs = 0;
+    uint64_t device_allocs = 0;
+    uint64_t device_frees = 0;
+    uint64_t copies = 0;
+    uint64_t copy_bytes = 0;
+    uint64_t conversions = 0;
+    uint64_t live_device_buffers = 0;
+    uint64_t live_pinned_buffers = 0;
+  };
+
+  explicit FakeGpu(std::chrono::microseconds copy_delay = std::chrono::microseconds(0));
+  ~FakeGpu() override;
+
+  int index() const override { return 0; }
+  Result<void*> AllocPinned(size_t bytes) override;
+  void FreePinned(void* ptr) override;
+  Result<void*> AllocDevice(size_t bytes) override;
+  void FreeDevice(void* ptr) override;
+  Result<Stream> CreateStream() override;
+  void DestroyStream(Stream stream) override;
+  Result<Event> CreateEvent() override;
+  void DestroyEvent(Event event) override;
+  Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream stream) override;
+  Status ConvertPixels(const PixelConvert& spec, const void* src, void* dst,
+                       Stream stream) override;
+  Status Record(Event event, Stream stream) override;
+  Status StreamWait(Stream stream, Event event) override;
+  Result<bool> Done(Event event) override;
+  Status Synchronize(Event event) override;
+
+  // Enqueues `fn` on `stream`, as a kernel of the consumer's would be.
+  void Enqueue(Stream stream, std::function<void()> fn);
+  // Blocks until everything enqueued on `stream` so far has run.
+  void Drain(Stream stream);
+  Counters counters() const;
+
+ private:
+  class FakeStream;
+  struct FakeEvent;
+  FakeStream* Get(Stream stream);
+
+  const std::chrono::microseconds copy_delay_;
+  std::unique_ptr<FakeStream> default_stream_;
+  mutable std::mutex mu_;
+  Counters counters_;
+  std::unordered_set<void*> device_, pinned_;
+};
+
+}  // namespace saturate::testing
+
+#endif  // SATURATE_DEVICE_TESTING_FAKE_GPU_H_

@@ -1,0 +1,292 @@
+// The device stage on FakeGpu: its streams are host threads and its copies
+// are slowed down, so a batch read before its copy (or a buffer reused
+// before the consumer is done) shows up as wrong bytes.
+#include "saturate/feed/device_loader.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "base/testing.h"
+#include "device/testing/fake_gpu.h"
+#include "feed/testing/datasets.h"
+#include "saturate/device/device.h"
+
+namespace saturate::feed {
+namespace {
+
+using saturate::testing::FakeGpu;
+using namespace std::chrono_literals;
+
+constexpr int kPrefetch = 2;
+
+LoaderOptions Options(const std::string& dir, const ImageTransform& image) {
+  LoaderOptions o;
+  o.dataset = dir;
+  o.batch_size = 4;
+  o.seed = 11;
+  o.threads = 2;
+  o.prefetch = 2;  // fixed: the autotuner could grow the host pool mid-test
+  o.rank = 0;
+  o.world_size = 1;
+  FieldOptions f{.field = "image"};
+  f.image = image;
+  f.image.height = 24;
+  f.image.width = 32;
+  o.fields = {f};
+  return o;
+}
+
+// A tensor's bytes, shape and strides, for comparing batches.
+struct Copied {
+  std::string bytes;
+  std::vector<int64_t> shape, strides;
+  DType dtype;
+  bool operator==(const Copied&) const = default;
+};
+
+std::ostream& operator<<(std::ostream& os, const Copied& c) {
+  return os << c.bytes.size() << " bytes, first "
+            << (c.bytes.empty() ? -1 : int(uint8_t(c.bytes[0])));
+}
+
+Copied Copy(const TensorView& t) {
+  return {std::string(static_cast<const char*>(t.data), t.bytes()), t.shape, t.strides, t.dtype};
+}
+
+// Every batch of the epoch from the CPU loader.
+std::vector<std::vector<Copied>> CpuBatches(const LoaderOptions& options) {
+  auto loader = Loader::Open(options);
+  EXPECT_TRUE(loader.ok()) << loader.status().ToString();
+  std::vector<std::vector<Copied>> out;
+  while (true) {
+    auto next = (*loader)->Next();
+    EXPECT_TRUE(next.ok()) << next.status().ToString();
+    if (!next.ok() || !next->has_value()) break;
+    std::vector<Copied> batch;
+    for (const TensorView& t : (*next)->tensors()) batch.push_back(Copy(t));
+    out.push_back(std::move(batch));
+  }
+  return out;
+}
+
+// Reads a device batch the way a consumer kernel would: enqueued on the
+// consumer's stream after Next() returned.
+std::vector<Copied> ReadOnStream(FakeGpu* gpu, device::Stream stream, const Batch& batch) {
+  std::vector<Copied> out;
+  gpu->Enqueue(stream, [&] {
+    for (const TensorView& t : batch.tensors()) out.push_back(Copy(t));
+  });
+  gpu->Drain(stream);
+  return out;
+}
+
+class DeviceLoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override { SATURATE_ASSERT_OK(saturate::testing::WriteImageDataset(dir_, 23)); }
+  saturate::testing::TempDir tmp_;
+  std::string dir_ = tmp_.path();
+};
+
+TEST_F(DeviceLoaderTest, BatchesEqualTheCpuPathForEveryDtypeAndLayout) {
+  struct Case {
+    DType dtype;
+    Layout layout;
+    bool normalize;
+  };
+  const Case cases[] = {
+      {DType::kFloat32, Layout::kCHW, true},   {DType::kFloat16, Layout::kChannelsLast, true},
+      {DType::kBFloat16, Layout::kCHW, false}, {DType::kFloat32, Layout::kHWC, false},
+      {DType::kUInt8, Layout::kCHW, false},    {DType::kUInt8, Layout::kChannelsLast, false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(format::DTypeName(c.dtype)) + " layout " +
+                 std::to_string(static_cast<int>(c.layout)));
+    ImageTransform image;
+    image.dtype = c.dtype;
+    image.layout = c.layout;
+    image.normalize = c.normalize;
+    const LoaderOptions options = Options(dir_, image);
+    const auto expected = CpuBatches(options);
+
+    auto gpu = std::make_shared<FakeGpu>(300us);
+    auto consumer = gpu->CreateStream();
+    ASSERT_TRUE(consumer.ok());
+    auto loader = DeviceLoader::Open(options, kPrefetch, gpu);
+    ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    size_t n = 0;
+    while (true) {
+      auto next = (*loader)->Next(*consumer);
+      ASSERT_TRUE(next.ok()) << next.status().ToString();
+      if (!next->has_value()) break;
+      ASSERT_LT(n, expected.size());
+      for (const TensorView& t : (*next)->tensors()) EXPECT_EQ(t.cuda_device, 0);
+      EXPECT_EQ(ReadOnStream(gpu.get(), *consumer, **next), expected[n]) << "batch " << n;
+      ++n;
+    }
+    EXPECT_EQ(n, expected.size());
+    loader->reset();
+    gpu->DestroyStream(*consumer);
+  }
+}
+
+TEST_F(DeviceLoaderTest, PcieCarriesUint8AndNothingIsAllocatedPerBatch) {
+  ImageTransform image;
+  image.dtype = DType::kFloat32;
+  image.normalize = true;
+  auto gpu = std::make_shared<FakeGpu>();
+  auto loader = DeviceLoader::Open(Options(dir_, image), kPrefetch, gpu);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  auto drain = [&] {
+    uint64_t batches = 0;
+    while (true) {
+      auto next = (*loader)->Next(nullptr);
+      EXPECT_TRUE(next.ok());
+      if (!next.ok() || !next->has_value()) return batches;
+      ++batches;
+    }
+  };
+  const uint64_t per_epoch = drain();
+  const FakeGpu::Counters first = gpu->counters();
+  for (uint64_t epoch = 1; epoch <= 3; ++epoch) {
+    ASSERT_TRUE((*loader)->SetEpoch(epoch).ok());
+    EXPECT_EQ(drain(), per_epoch);
+  }
+  const FakeGpu::Counters after = gpu->counters();
+  EXPECT_EQ(after.device_allocs, first.device_allocs);
+  EXPECT_EQ(after.pinned_allocs, first.pinned_allocs);
+  EXPECT_LE(after.device_allocs, static_cast<uint64_t>(kPrefetch + 2));
+  const LoaderStats stats = (*loader)->stats();
+  EXPECT_EQ(stats.device_buffers, after.device_allocs);
+  EXPECT_EQ(stats.h2d_batches, 4 * per_epoch);
+  // 23 images of 24x32x3 uint8 and 23 int64 labels per epoch cross the bus.
+  EXPECT_EQ(stats.h2d_bytes, 4 * 23 * (24 * 32 * 3 + 8));
+  EXPECT_EQ(after.conversions, 4 * per_epoch);
+}
+
+TEST_F(DeviceLoaderTest, ABufferIsNotReusedUntilTheConsumersStreamIsDoneWithIt) {
+  ImageTransform image;
+  image.dtype = DType::kFloat32;
+  const LoaderOptions options = Options(dir_, image);
+  const auto expected = CpuBatches(options);
+  auto gpu = std::make_shared<FakeGpu>();
+  auto consumer = gpu->CreateStream();
+  ASSERT_TRUE(consumer.ok());
+  auto loader = DeviceLoader::Open(options, kPrefetch, gpu);
+  ASSERT_TRUE(loader.ok());
+  // The consumer queues a slow kernel reading batch 0, then drops the batch
+  // at once (as Python does when the loop variable is rebound).
+  std::vector<Copied> seen;
+  {
+    auto first = (*loader)->Next(*consumer);
+    ASSERT_TRUE(first.ok() && first->has_value());
+    // The kernel holds raw pointers, not the batch.
+    std::vector<TensorView> views = (*first)->tensors();
+    gpu->Enqueue(*consumer, [&seen, views] {
+      std::this_thread::sleep_for(50ms);
+      for (const TensorView& t : views) seen.push_back(Copy(t));
+    });
+  }
+  // Meanwhile the stage copies the following batches, reusing buffers.
+  for (int i = 0; i < 4; ++i) {
+    auto next = (*loader)->Next(nullptr);
+    ASSERT_TRUE(next.ok() && next->has_value());
+  }
+  gpu->Drain(*consumer);
+  EXPECT_EQ(seen, expected[0]);
+  loader->reset();
+  gpu->DestroyStream(*consumer);
+}
+
+TEST_F(DeviceLoaderTest, RestoreResumesWithTheSameBytes) {
+  ImageTransform image;
+  image.dtype = DType::kFloat16;
+  const LoaderOptions options = Options(dir_, image);
+  auto gpu = std::make_shared<FakeGpu>();
+  auto run = [&](std::optional<LoaderState> from, size_t batches) {
+    auto loader = DeviceLoader::Open(options, kPrefetch, gpu);
+    EXPECT_TRUE(loader.ok());
+    if (from) {
+      EXPECT_TRUE((*loader)->Restore(*from).ok());
+    }
+    std::vector<std::vector<Copied>> out;
+    for (size_t i = 0; i < batches; ++i) {
+      auto next = (*loader)->Next(nullptr);
+      EXPECT_TRUE(next.ok() && next->has_value());
+      out.push_back(ReadOnStream(gpu.get(), nullptr, **next));
+    }
+    return std::make_pair(out, (*loader)->state());
+  };
+  auto [whole, _] = run(std::nullopt, 5);
+  auto [head, state] = run(std::nullopt, 2);
+  EXPECT_EQ(state.batches_done, 2u);  // copied ahead, not delivered, does not count
+  auto [tail, end] = run(state, 3);
+  EXPECT_EQ(head[0], whole[0]);
+  EXPECT_EQ(tail[0], whole[2]);
+  EXPECT_EQ(tail[2], whole[4]);
+  EXPECT_EQ(end.batches_done, 5u);
+}
+
+TEST_F(DeviceLoaderTest, HoldingTooManyBatchesIsAnErrorNotADeadlock) {
+  LoaderOptions options = Options(dir_, ImageTransform{});
+  options.max_held_batches = 1;
+  auto gpu = std::make_shared<FakeGpu>();
+  auto loader = DeviceLoader::Open(options, kPrefetch, gpu);
+  ASSERT_TRUE(loader.ok());
+  std::vector<Batch> held;
+  Status error;
+  for (int i = 0; i < 5 && error.ok(); ++i) {
+    auto next = (*loader)->Next(nullptr);
+    if (next.ok()) {
+      held.push_back(**next);
+    } else {
+      error = next.status();
+    }
+  }
+  EXPECT_EQ(error.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(error.message().find("max_held_batches"), std::string::npos) << error.ToString();
+}
+
+TEST_F(DeviceLoaderTest, BatchesOutliveTheLoaderAndEverythingIsFreed) {
+  auto gpu = std::make_shared<FakeGpu>(200us);
+  {
+    std::optional<Batch> kept;
+    {
+      auto loader = DeviceLoader::Open(Options(dir_, ImageTransform{}), kPrefetch, gpu);
+      ASSERT_TRUE(loader.ok());
+      auto next = (*loader)->Next(nullptr);
+      ASSERT_TRUE(next.ok() && next->has_value());
+      kept = std::move(**next);
+      ASSERT_TRUE((*loader)->Next(nullptr).ok());
+    }  // destroyed mid-epoch with copies in flight
+    EXPECT_EQ(ReadOnStream(gpu.get(), nullptr, *kept).size(), 2u);
+    EXPECT_GE(gpu->counters().live_device_buffers, 1u);
+  }
+  EXPECT_EQ(gpu->counters().live_device_buffers, 0u);
+  EXPECT_EQ(gpu->counters().live_pinned_buffers, 0u);
+}
+
+TEST_F(DeviceLoaderTest, ErrorsAreClear) {
+  LoaderOptions options = Options(dir_, ImageTransform{});
+  EXPECT_EQ(DeviceLoader::Open(options, 0, std::make_shared<FakeGpu>()).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(DeviceLoader::Open(options, {.device = "gpu0"}).status().code(),
+            StatusCode::kInvalidArgument);
+  options.dataset = dir_ + "/missing";
+  EXPECT_FALSE(DeviceLoader::Open(options, 1, std::make_shared<FakeGpu>()).ok());
+}
+
+TEST_F(DeviceLoaderTest, CudaWithoutAGpuIsUnavailableAndSaysWhy) {
+  if (!device::ProbeDevices().gpus.empty()) GTEST_SKIP() << "this machine has a GPU";
+  auto loader = DeviceLoader::Open(Options(dir_, ImageTransform{}), {.device = "cuda:0"});
+  ASSERT_FALSE(loader.ok());
+  EXPECT_EQ(loader.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(loader.status().message().find("cuda:0"), std::string::npos)
+      << loader.status().ToString();
+}
+
+}  // namespace
+}  // namespace saturate::feed

@@ -1,0 +1,30 @@
+#include "feed/testing/datasets.h"
+
+#include <span>
+#include <vector>
+
+#include "image/codec.h"
+#include "saturate/format/writer.h"
+
+namespace saturate::testing {
+
+using format::FieldKind;
+using format::FieldSpec;
+
+Status WriteImageDataset(const std::string& dir, uint64_t n) {
+  format::Schema schema{
+      {FieldSpec{"image", FieldKind::kImage}, FieldSpec{"label", FieldKind::kInt64}}};
+  SATURATE_ASSIGN_OR_RETURN(auto w, format::DatasetWriter::Create(dir, schema));
+  for (uint64_t i = 0; i < n; ++i) {
+    const int width = 64 + static_cast<int>(i % 7) * 8, height = 48 + static_cast<int>(i % 5) * 8;
+    std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
+    for (size_t p = 0; p < rgb.size(); ++p) rgb[p] = static_cast<uint8_t>((p * (i + 3)) % 256);
+    SATURATE_ASSIGN_OR_RETURN(auto jpeg, image::EncodeJpeg(rgb.data(), width, height, 85));
+    int64_t label = static_cast<int64_t>(i);
+    std::vector<std::span<const std::byte>> f{jpeg, format::AsBytes(label)};
+    SATURATE_RETURN_IF_ERROR(w->Append(f));
+  }
+  return w->Finish();
+}
+
+}  // namespace saturate::testing
