@@ -28,9 +28,12 @@ def make_loader(args: argparse.Namespace):
         folder = torchvision.datasets.ImageFolder(args.data / "photos" / "train", transform)
         return common.torch_batches(folder, args, shuffle=True), len(folder.classes)
     dataset = args.data / "photos-train.sat"
+    # On a GPU: half precision in channels_last, converted there from uint8 (AMP takes fp16 in).
+    on_gpu = common.device().type == "cuda"
     transforms = {"image": [
-        T.RandomResizedCrop(args.image_size), T.RandomHorizontalFlip(), T.ToDtype("float32"),
-        T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)]}
+        T.RandomResizedCrop(args.image_size), T.RandomHorizontalFlip(),
+        T.ToDtype("float16" if on_gpu else "float32"),
+        T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD), T.ToLayout("channels_last" if on_gpu else "chw")]}
     loader = common.saturate_batches(dataset, args, transforms, shuffle=True)
     return loader, len(common.class_names(dataset))
 

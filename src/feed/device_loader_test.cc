@@ -155,10 +155,12 @@ TEST_F(DeviceLoaderTest, PcieCarriesUint8AndNothingIsAllocatedPerBatch) {
     ASSERT_TRUE((*loader)->SetEpoch(epoch).ok());
     EXPECT_EQ(drain(), per_epoch);
   }
+  // The pools fill lazily up to their size, then only reuse: allocations are
+  // bounded by the pool sizes, however many batches pass (24 here).
   const FakeGpu::Counters after = gpu->counters();
-  EXPECT_EQ(after.device_allocs, first.device_allocs);
-  EXPECT_EQ(after.pinned_allocs, first.pinned_allocs);
-  EXPECT_LE(after.device_allocs, static_cast<uint64_t>(kPrefetch + 2));
+  EXPECT_GE(after.device_allocs, first.device_allocs);
+  EXPECT_LE(after.device_allocs, static_cast<uint64_t>(kPrefetch + 2));      // + max_held_batches
+  EXPECT_LE(after.pinned_allocs, static_cast<uint64_t>(2 + kPrefetch + 2));  // host pool
   const LoaderStats stats = (*loader)->stats();
   EXPECT_EQ(stats.device_buffers, after.device_allocs);
   EXPECT_EQ(stats.h2d_batches, 4 * per_epoch);

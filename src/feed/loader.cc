@@ -1,6 +1,5 @@
 #include "saturate/feed/loader.h"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/cpu_time.h"
 #include "feed/autotune.h"
 #include "feed/sample_plan.h"
 #include "feed/sampler.h"
@@ -366,13 +366,6 @@ class Loader::Impl {
     s->times.transform_ns += times.transform_ns;
   }
 
-  static double ProcessCpuSeconds() {
-    rusage u;
-    getrusage(RUSAGE_SELF, &u);
-    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-  }
-
   // A tenth of physical memory for batch buffers, unless the caller says.
   static uint64_t DefaultRamCap() {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
@@ -383,7 +376,7 @@ class Loader::Impl {
     LoaderStats s = stats_;
     s.batches_delivered = batches_delivered_;
     s.wait_ns = wait_ns_;
-    return Window{Clock::now(), s, ProcessCpuSeconds()};
+    return Window{Clock::now(), s, base::ProcessCpuSeconds()};
   }
 
   // Feeds the window that just ended to the tuner (once it is long enough)
@@ -407,7 +400,7 @@ class Loader::Impl {
       }
     }
     sample.process_cpu_util =
-        (ProcessCpuSeconds() - window_.cpu_s) * 1e9 / static_cast<double>(window_ns);
+        (base::ProcessCpuSeconds() - window_.cpu_s) * 1e9 / static_cast<double>(window_ns);
     AutotuneDecision d = tuner_->Update(sample);
     threads_ = std::clamp(d.threads, 1, max_threads_);
     prefetch_ = std::clamp(d.prefetch, 1, kMaxPrefetch);

@@ -1,5 +1,4 @@
 // saturate bench feed DATASET: how fast the loader feeds, and where time goes.
-#include <sys/resource.h>
 #include <xxhash.h>
 
 #include <chrono>
@@ -9,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "feed_run.h"
 #include "saturate/feed/loader.h"
 
 namespace saturate::cli {
@@ -53,13 +53,6 @@ class OutputDigest {
   std::unique_ptr<XXH3_state_t, Free> state_;
 };
 
-double CpuSeconds() {
-  rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
-
 // "auto" -> 0, else a positive integer.
 Result<int> ParseAuto(const char* flag, const std::string& value) {
   if (value == "auto") return 0;
@@ -82,10 +75,7 @@ Result<feed::LoaderOptions> MakeOptions(const FeedFlags& f) {
   o.skip_bad = f.skip_bad;
   SATURATE_ASSIGN_OR_RETURN(o.threads, ParseAuto("--threads", f.threads));
   SATURATE_ASSIGN_OR_RETURN(o.prefetch, ParseAuto("--prefetch", f.prefetch));
-  for (const std::string& spec : f.transforms) {
-    SATURATE_ASSIGN_OR_RETURN(feed::FieldOptions field, feed::ParseFieldOptions(spec));
-    o.fields.push_back(std::move(field));
-  }
+  SATURATE_ASSIGN_OR_RETURN(o.fields, ParseTransforms(f.transforms));
   return o;
 }
 
@@ -94,42 +84,20 @@ int RunFeed(const FeedFlags& f) {
   if (!options.ok()) return ReportError("bench feed", options.status());
   auto loader = feed::Loader::Open(*options);
   if (!loader.ok()) return ReportError("bench feed", loader.status());
-  feed::Loader& l = **loader;
-  const uint64_t total = l.batches_per_epoch() * f.epochs;
+  const uint64_t total = (*loader)->batches_per_epoch() * f.epochs;
   ProgressBar bar("feed", "batch");
-  uint64_t batches = 0, samples = 0;
   OutputDigest digest;
-  feed::LoaderStats at_start;
-  auto start = std::chrono::steady_clock::now();
-  double cpu_start = CpuSeconds();
-  for (uint64_t epoch = 0; epoch < f.epochs; ++epoch) {
-    if (epoch > 0) {
-      Status s = l.SetEpoch(epoch);
-      if (!s.ok()) return ReportError("bench feed", s);
-    }
-    while (true) {
-      auto next = l.Next();
-      if (!next.ok()) return ReportError("bench feed", next.status());
-      if (!next->has_value()) break;
-      if (f.digest) digest.Add(**next);
-      ++batches;
-      if (batches == f.warmup) {  // measure the steady state, after start-up
-        at_start = l.stats();
-        start = std::chrono::steady_clock::now();
-        cpu_start = CpuSeconds();
-      } else if (batches > f.warmup) {
-        samples += (*next)->size();
-      }
-      bar.Update(batches, total);
-    }
-  }
+  auto m = MeasureFeed(**loader, {.warmup = f.warmup, .epochs = f.epochs},
+                       [&](const feed::Batch& batch, uint64_t batches) {
+                         if (f.digest) digest.Add(batch);
+                         bar.Update(batches, total);
+                       });
+  if (!m.ok()) return ReportError("bench feed", m.status());
   bar.Finish();
-  const double elapsed_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double cpu_cores = (CpuSeconds() - cpu_start) / std::max(elapsed_s, 1e-9);
-  feed::LoaderStats end = l.stats();
-  const uint64_t measured = batches > f.warmup ? batches - f.warmup : 0;
-  const double rate = elapsed_s > 0 ? static_cast<double>(samples) / elapsed_s : 0;
+  const feed::LoaderStats& at_start = m->at_start;
+  const feed::LoaderStats& end = m->end;
+  const uint64_t samples = m->samples, measured = m->timed_batches(f.warmup);
+  const double elapsed_s = m->elapsed_s, cpu_cores = m->cpu_cores, rate = m->samples_per_s();
   const uint64_t produced = std::max<uint64_t>(1, end.samples - at_start.samples);
   auto per_sample_us = [&](uint64_t a, uint64_t b) {
     return static_cast<double>(a - b) / static_cast<double>(produced) / 1e3;
@@ -140,7 +108,7 @@ int RunFeed(const FeedFlags& f) {
         {"images_per_s", rate},
         {"samples", samples},
         {"batches", measured},
-        {"warmup_batches", std::min(batches, f.warmup)},
+        {"warmup_batches", std::min(m->batches, f.warmup)},
         {"batch_size", f.batch},
         {"epochs", f.epochs},
         {"threads", end.threads},
@@ -163,10 +131,8 @@ int RunFeed(const FeedFlags& f) {
               per_sample_us(end.read_ns, at_start.read_ns),
               per_sample_us(end.decode_ns, at_start.decode_ns),
               per_sample_us(end.transform_ns, at_start.transform_ns));
-  std::printf(
-      "consumer waited %.1f%% of %.2f s; CPU %.2f cores\n",
-      100.0 * static_cast<double>(end.wait_ns - at_start.wait_ns) / 1e9 / std::max(elapsed_s, 1e-9),
-      elapsed_s, cpu_cores);
+  std::printf("consumer waited %.1f%% of %.2f s; CPU %.2f cores\n", m->wait_pct(), elapsed_s,
+              cpu_cores);
   if (end.skipped)
     std::printf("skipped %llu bad samples\n", static_cast<unsigned long long>(end.skipped));
   if (f.digest) std::printf("output digest (XXH3-64 of every batch): %s\n", digest.Hex().c_str());

@@ -9,7 +9,6 @@
 // trials and writes tune.json and report.html (temp file, fsync, rename).
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +26,7 @@
 #include "base/file.h"
 #include "cli.h"
 #include "doctor/run.h"
+#include "feed_run.h"
 #include "saturate/feed/loader.h"
 #include "saturate/watch/watcher.h"
 #include "tune/knee.h"
@@ -581,13 +581,6 @@ struct FeedTuneFlags {
   bool no_html = false;
 };
 
-double CpuSeconds() {
-  rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
-
 struct FeedPoint {
   double samples_per_s = 0;
   double cpu_cores = 0;
@@ -603,39 +596,11 @@ Result<FeedPoint> FeedTrial(const FeedTuneFlags& f, int threads, int prefetch, d
   o.batch_size = f.batch;
   o.threads = threads;
   o.prefetch = prefetch;
-  for (const std::string& spec : f.transforms) {
-    SATURATE_ASSIGN_OR_RETURN(feed::FieldOptions field, feed::ParseFieldOptions(spec));
-    o.fields.push_back(std::move(field));
-  }
+  SATURATE_ASSIGN_OR_RETURN(o.fields, ParseTransforms(f.transforms));
   SATURATE_ASSIGN_OR_RETURN(std::unique_ptr<feed::Loader> loader, feed::Loader::Open(o));
-  FeedPoint p;
-  uint64_t epoch = 0, batches = 0, samples = 0;
-  auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::duration<double>(seconds);
-  double cpu_start = CpuSeconds();
-  feed::LoaderStats at_start = loader->stats();
-  while (std::chrono::steady_clock::now() < deadline) {
-    SATURATE_ASSIGN_OR_RETURN(std::optional<feed::Batch> batch, loader->Next());
-    if (!batch) {
-      SATURATE_RETURN_IF_ERROR(loader->SetEpoch(++epoch));
-      continue;
-    }
-    if (++batches == f.warmup) {
-      start = std::chrono::steady_clock::now();
-      cpu_start = CpuSeconds();
-      at_start = loader->stats();
-    } else if (batches > f.warmup) {
-      samples += batch->size();
-    }
-  }
-  const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  p.batches = batches > f.warmup ? batches - f.warmup : 0;
-  p.samples_per_s = elapsed > 0 ? double(samples) / elapsed : 0;
-  p.cpu_cores = (CpuSeconds() - cpu_start) / std::max(elapsed, 1e-9);
-  p.wait_pct =
-      100.0 * double(loader->stats().wait_ns - at_start.wait_ns) / 1e9 / std::max(elapsed, 1e-9);
-  return p;
+  SATURATE_ASSIGN_OR_RETURN(FeedMeasurement m,
+                            MeasureFeed(*loader, {.warmup = f.warmup, .seconds = seconds}));
+  return FeedPoint{m.samples_per_s(), m.cpu_cores, m.wait_pct(), m.timed_batches(f.warmup)};
 }
 
 Result<std::vector<int>> IntValues(const std::string& name, const std::string& spec) {

@@ -31,6 +31,27 @@ PixelOut ToPixelOut(image::PixelType type) {
   return PixelOut::kFloat32;
 }
 
+// Makes `index` the calling thread's current device for one call and puts
+// the caller's back afterwards: the consumer thread belongs to the training
+// framework, whose idea of the current device must not change under it.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int index) : index_(index) {
+    cudaGetDevice(&previous_);
+    status_ =
+        previous_ == index ? Status::OK() : Check(cudaSetDevice(index), "cudaSetDevice", index);
+  }
+  ~DeviceScope() {
+    if (previous_ != index_ && status_.ok()) cudaSetDevice(previous_);
+  }
+  const Status& status() const { return status_; }
+
+ private:
+  int index_;
+  int previous_ = -1;
+  Status status_;
+};
+
 class CudaGpu : public Gpu {
  public:
   explicit CudaGpu(int index) : index_(index) {}
@@ -38,7 +59,8 @@ class CudaGpu : public Gpu {
   int index() const override { return index_; }
 
   Result<void*> AllocPinned(size_t bytes) override {
-    SATURATE_RETURN_IF_ERROR(Select());
+    DeviceScope scope(index_);
+    SATURATE_RETURN_IF_ERROR(scope.status());
     void* p = nullptr;
     // Portable: pinned for every context, since the consumer may use another device too.
     SATURATE_RETURN_IF_ERROR(
@@ -48,28 +70,32 @@ class CudaGpu : public Gpu {
   void FreePinned(void* ptr) override { cudaFreeHost(ptr); }
 
   Result<void*> AllocDevice(size_t bytes) override {
-    SATURATE_RETURN_IF_ERROR(Select());
+    DeviceScope scope(index_);
+    SATURATE_RETURN_IF_ERROR(scope.status());
     void* p = nullptr;
     SATURATE_RETURN_IF_ERROR(Check(cudaMalloc(&p, bytes), "cudaMalloc", index_));
     return p;
   }
   void FreeDevice(void* ptr) override {
-    if (Select().ok()) cudaFree(ptr);
+    if (DeviceScope scope(index_); scope.status().ok()) cudaFree(ptr);
   }
 
   Result<Stream> CreateStream() override {
-    SATURATE_RETURN_IF_ERROR(Select());
+    DeviceScope scope(index_);
+    SATURATE_RETURN_IF_ERROR(scope.status());
     cudaStream_t s = nullptr;
     SATURATE_RETURN_IF_ERROR(
         Check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate", index_));
     return static_cast<Stream>(s);
   }
   void DestroyStream(Stream stream) override {
-    if (Select().ok()) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+    if (DeviceScope scope(index_); scope.status().ok())
+      cudaStreamDestroy(static_cast<cudaStream_t>(stream));
   }
 
   Result<Event> CreateEvent() override {
-    SATURATE_RETURN_IF_ERROR(Select());
+    DeviceScope scope(index_);
+    SATURATE_RETURN_IF_ERROR(scope.status());
     cudaEvent_t e = nullptr;
     // Timing off: these events only order work, and timing makes them slower.
     SATURATE_RETURN_IF_ERROR(
@@ -77,11 +103,13 @@ class CudaGpu : public Gpu {
     return static_cast<Event>(e);
   }
   void DestroyEvent(Event event) override {
-    if (Select().ok()) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+    if (DeviceScope scope(index_); scope.status().ok())
+      cudaEventDestroy(static_cast<cudaEvent_t>(event));
   }
 
   Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream stream) override {
-    SATURATE_RETURN_IF_ERROR(Select());
+    DeviceScope scope(index_);
+    SATURATE_RETURN_IF_ERROR(scope.status());
     return Check(
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)),
         "cudaMemcpyAsync", index_);
@@ -89,7 +117,8 @@ class CudaGpu : public Gpu {
 
   Status ConvertPixels(const PixelConvert& spec, const void* src, void* dst,
                        Stream stream) override {
-    SATURATE_RETURN_IF_ERROR(Select());
+    DeviceScope scope(index_);
+    SATURATE_RETURN_IF_ERROR(scope.status());
     PixelKernelArgs a;
     a.src = static_cast<const uint8_t*>(src);
     a.dst = dst;
@@ -105,14 +134,16 @@ class CudaGpu : public Gpu {
   }
 
   Status Record(Event event, Stream stream) override {
-    SATURATE_RETURN_IF_ERROR(Select());
+    DeviceScope scope(index_);
+    SATURATE_RETURN_IF_ERROR(scope.status());
     return Check(
         cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)),
         "cudaEventRecord", index_);
   }
 
   Status StreamWait(Stream stream, Event event) override {
-    SATURATE_RETURN_IF_ERROR(Select());
+    DeviceScope scope(index_);
+    SATURATE_RETURN_IF_ERROR(scope.status());
     return Check(
         cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0),
         "cudaStreamWaitEvent", index_);
@@ -131,9 +162,6 @@ class CudaGpu : public Gpu {
   }
 
  private:
-  // The runtime's current device is per thread: select ours before each call.
-  Status Select() const { return Check(cudaSetDevice(index_), "cudaSetDevice", index_); }
-
   const int index_;
 };
 
