@@ -1,0 +1,495 @@
+#!/usr/bin/env bash
+# Builds, tests and measures saturate's GPU path (issue 7) in one command on a lent GPU machine
+# (H100, 16 cores, no package registry), from the repository root:
+#
+#   bash bench/gpu/fetch-deps.sh     # once, on a machine with network: fills bench/gpu/.deps
+#   bash bench/gpu/run.sh            # there, with bench/gpu/.deps carried
+#   bash bench/gpu/run.sh --dry-run  # here, without a GPU: the same unpack + build (into
+#                                    # build/gpu-dry) and the CPU-runnable steps
+#
+# Steps (each timed; a failure is reported, later steps that do not need it still run, and
+# the exit code is 1 if any step failed):
+#   deps        check bench/gpu/.deps against its SHA256SUMS
+#   machine     GPU, driver, cores, compilers, Python packages (read only)
+#   unpack      dpkg -x the .debs into a prefix (/tmp/satdeps); repoint absolute symlinks and
+#               the .pc files into it; a pkg-config wrapper around the prefix's pkgconf
+#   configure   CMake Release, CUDA (sm_90), Python module, tests, bench -> build/gpu
+#   build       ninja, all cores
+#   provenance  every library CMake found lies in the prefix (--dry-run: also no header or
+#               library of those packages came from this machine's /usr)
+#   ctest-gpu   (a) ctest -L gpu
+#   sanitizer   (b) compute-sanitizer memcheck on device_loader_gpu_test (the CUDA path's tests)
+#   pytest-gpu  (c) pytest -m gpu python/tests
+#   h2d         (d) build/gpu/bench/h2d_bench --json -> h2d.json
+#   photos      (e) 3,000 ImageNet-like JPEGs (scripts/make-photo-dataset, from the carried
+#               wallpapers)
+#   pack        (e) saturate pack folder -> a .sat dataset
+#   train       (f) bench/gpu_train_bench.py: ResNet-50 fed by saturate, DataLoader and
+#               GPU-resident synthetic data -> train_bench.json
+# --dry-run runs (a)-(d) only as far as a machine without a GPU can (listing the GPU tests,
+# checking the programs were built), makes 200 photos and runs the training bench --smoke.
+#
+# Output: $OUT (the device tool's folder) or runs/gpu (runs/gpu-dry): run.log (everything),
+# summary.txt, h2d.json, train_bench.json, logs.tar.gz (one log per step, CTest's log) --
+# five files, under the device tool's limit of eight.
+#
+# usage: bash bench/gpu/run.sh [--dry-run] [--help]
+# environment:
+#   PYTHON        the Python that holds torch (default: python3; --dry-run: .venv/bin/python)
+#   PHOTOS        training images to make (default 3000; --dry-run 200)
+#   RUN_BUDGET    seconds the whole run may take (default 570: one 10-minute device call);
+#                 the training bench gets what the earlier steps left
+#   SATDEPS       where to unpack the .debs (default /tmp/satdeps; --dry-run /tmp/satdeps-dry)
+#   BUILD         the build folder (default build/gpu; --dry-run build/gpu-dry)
+# (The step functions are called through run_step, which shellcheck cannot follow.)
+# shellcheck disable=SC2317
+set -euo pipefail
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '/^# *(The step functions/,$d; s/^# \{0,1\}//'; }
+dry=0
+for arg in "$@"; do
+  case $arg in
+    --dry-run) dry=1 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "run.sh: unknown argument: $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+t_run=$(date +%s)
+deps=$root/bench/gpu/.deps
+cores=$(nproc)
+if ((dry)); then
+  build=${BUILD:-$root/build/gpu-dry}
+  prefix=${SATDEPS:-/tmp/satdeps-dry}
+  out=${OUT:-$root/runs/gpu-dry}
+  data=/tmp/saturate-gpu-dry-data
+  photos_n=${PHOTOS:-200}
+  default_py=python3
+  [[ -x $root/.venv/bin/python ]] && default_py=$root/.venv/bin/python
+else
+  build=${BUILD:-$root/build/gpu}
+  prefix=${SATDEPS:-/tmp/satdeps}
+  out=${OUT:-$root/runs/gpu}
+  data=/tmp/saturate-gpu-data
+  photos_n=${PHOTOS:-3000}
+  default_py=python3
+fi
+py=$(command -v "${PYTHON:-$default_py}" || true)
+budget=${RUN_BUDGET:-570}
+mkdir -p "$out"
+logs=$(mktemp -d "${TMPDIR:-/tmp}/saturate-gpu-logs.XXXXXX")
+trap 'rm -rf "$logs"' EXIT
+# Everything also goes to run.log, which comes back even when the call is cut off.
+exec > >(tee "$out/run.log") 2>&1
+tee_pid=$!
+
+# The toolkit may sit outside PATH (scripts/common.sh does the same).
+if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+# CMake 4 (PyPI's) refuses config files that declare policies older than 3.5; Debian 12's
+# GTest and CLI11 configs are generated with `cmake_policy(VERSION 2.6...)`.
+export CMAKE_POLICY_VERSION_MINIMUM=3.5
+export PYTHONUNBUFFERED=1
+
+arch=x86_64-linux-gnu
+libdirs="$prefix/usr/lib/$arch:$prefix/lib/$arch"
+
+# ------------------------------------------------------------------------ step runner
+
+names=() statuses=() seconds=() notes=()
+declare -A status_of=()
+
+# run_step NAME VERBOSE FUNCTION [ARGS]: runs FUNCTION in a subshell with errexit, its output
+# in logs/NAME.log (and on the terminal when VERBOSE=1, else the log's tail on failure).
+# Exit 0 = ok, 77 = skipped (the step says why on its last line), else failed.
+run_step() {
+  local name=$1 verbose=$2 rc t0 t1 note=""
+  shift 2
+  local log=$logs/$name.log
+  printf '\n==> [%s] %s\n' "$name" "$(date -u +%H:%M:%S)"
+  t0=$(date +%s.%N)
+  set +e
+  if ((verbose)); then
+    (set -e; "$@") 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+  else
+    (set -e; "$@") >"$log" 2>&1
+    rc=$?
+  fi
+  set -e
+  t1=$(date +%s.%N)
+  local status
+  case $rc in
+    0) status=ok ;;
+    77) status=skip; note=$(tail -n 1 "$log") ;;
+    124 | 137) status=FAIL; note="timed out" ;;
+    *) status=FAIL; note="exit $rc: $(tail -n 1 "$log" | cut -c1-80)" ;;
+  esac
+  if [[ $status == FAIL ]] && ((!verbose)); then
+    echo "--- last lines of $name.log:"
+    tail -n 40 "$log"
+  fi
+  record "$name" "$status" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" "$note"
+}
+
+record() {  # record NAME STATUS SECONDS NOTE
+  names+=("$1"); statuses+=("$2"); seconds+=("$3"); notes+=("$4")
+  status_of[$1]=$2
+  printf '<== [%s] %s (%ss)%s\n' "$1" "$2" "$3" "${4:+: $4}"
+}
+
+ok() { [[ ${status_of[$1]:-} == ok ]]; }
+
+# needs NAME DEP...: records NAME as skipped unless every DEP succeeded.
+needs() {
+  local name=$1 dep
+  shift
+  for dep in "$@"; do
+    if ! ok "$dep"; then
+      printf '\n==> [%s] skipped: needs %s (%s)\n' "$name" "$dep" "${status_of[$dep]:-not run}"
+      record "$name" skip 0.0 "needs $dep"
+      return 1
+    fi
+  done
+}
+
+skip() { echo "$*"; return 77; }  # the last line is the summary's note
+
+left() { echo $((budget - ($(date +%s) - t_run))); }  # seconds left of RUN_BUDGET
+
+# ------------------------------------------------------------------------------ steps
+
+step_deps() {
+  if [[ ! -f $deps/SHA256SUMS ]]; then
+    echo "no $deps/SHA256SUMS: run bash bench/gpu/fetch-deps.sh on a machine with network"
+    echo "and carry bench/gpu/.deps with the call"
+    return 1
+  fi
+  (cd "$deps" && sha256sum --quiet -c SHA256SUMS)
+  echo "$(find "$deps/debs" -name '*.deb' | wc -l) .debs, $(find "$deps/wallpapers" -name '*.jpg' | wc -l) photos, $(du -sh "$deps" | cut -f1)"
+}
+
+step_machine() {
+  echo "mode: $( ((dry)) && echo dry-run || echo gpu); cores: $cores; $(uname -srm)"
+  grep PRETTY_NAME /etc/os-release || true
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit \
+      --format=csv || true
+  else
+    echo "nvidia-smi: none"
+  fi
+  echo "nvcc: $(nvcc --version 2>/dev/null | tail -n 1 || echo none)"
+  echo "c++: $(c++ --version 2>/dev/null | head -n 1 || echo none)"
+  echo "cmake: $(cmake --version | head -n 1); ninja: $(ninja --version 2>/dev/null || echo none)"
+  echo "compute-sanitizer: $(sanitizer_path || echo none)"
+  echo "python: ${py:-none}"
+  [[ -n $py ]] || return 1
+  "$py" - <<'EOF'
+import importlib, os, platform, sysconfig
+include = sysconfig.get_paths()["include"]
+print("  python", platform.python_version(), "headers:", include,
+      "(Python.h present)" if os.path.exists(os.path.join(include, "Python.h"))
+      else "(NO Python.h: the Python module cannot build)")
+for name in ("torch", "torchvision", "nanobind", "numpy", "PIL", "pytest", "xxhash"):
+    try:
+        m = importlib.import_module(name)
+        print(f"  {name} {getattr(m, '__version__', '?')}")
+    except Exception as e:  # noqa: BLE001 - report, do not fail: later steps say what they need
+        print(f"  {name}: MISSING ({e})")
+try:
+    import torch
+    print("  torch.cuda:", torch.cuda.is_available(),
+          torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+except Exception as e:  # noqa: BLE001
+    print("  torch.cuda: n/a", e)
+EOF
+}
+
+step_unpack() {
+  rm -rf "$prefix"
+  mkdir -p "$prefix/bin" "$prefix/rt"
+  local deb
+  for deb in "$deps"/debs/*.deb; do
+    if command -v dpkg >/dev/null 2>&1; then
+      dpkg -x "$deb" "$prefix"
+    else  # not a Debian-like image: a .deb is an ar archive holding data.tar.*
+      "$py" - "$deb" "$prefix" <<'EOF'
+import io, sys, tarfile
+deb, dest = sys.argv[1:]
+with open(deb, "rb") as f:
+    data = f.read()
+assert data[:8] == b"!<arch>\n", f"{deb}: not an ar archive"
+pos = 8
+while pos < len(data):
+    name, size = data[pos:pos + 16].decode().strip().rstrip("/"), int(data[pos + 48:pos + 58])
+    body = data[pos + 60:pos + 60 + size]
+    if name.startswith("data.tar"):
+        with tarfile.open(fileobj=io.BytesIO(body)) as t:
+            t.extractall(dest, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
+        break
+    pos += 60 + size + size % 2
+else:
+    sys.exit(f"{deb}: no data.tar member")
+EOF
+    fi
+  done
+  # Absolute symlinks point at this machine's files (zlib1g-dev's libz.so ->
+  # /lib/x86_64-linux-gnu/libz.so.1.2.13): point them at the prefix's copy instead.
+  local link target cand
+  while IFS= read -r link; do
+    target=$(readlink "$link")
+    [[ $target == /* ]] || continue
+    for cand in "$prefix$target" "$prefix/usr$target"; do
+      if [[ -e $cand ]]; then ln -sfn "$cand" "$link"; break; fi
+    done
+  done < <(find "$prefix" -type l)
+  # The .pc files say prefix=/usr (or libdir=/usr/...): rewrite them into the prefix.
+  find "$prefix" -name '*.pc' -exec sed -i -E "s#^([A-Za-z_]+)=/usr(/|\$)#\\1=$prefix/usr\\2#" {} +
+  # pkgconf from the prefix (the image may have no pkg-config), with its library beside it;
+  # PKG_CONFIG_LIBDIR confines it to the prefix's .pc files.
+  cat >"$prefix/bin/pkg-config" <<EOF
+#!/bin/sh
+# pkgconf unpacked from bench/gpu/.deps; it sees only the prefix's .pc files.
+export LD_LIBRARY_PATH="$libdirs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export PKG_CONFIG_LIBDIR="$prefix/usr/lib/$arch/pkgconfig:$prefix/usr/share/pkgconfig"
+unset PKG_CONFIG_PATH
+exec "$prefix/usr/bin/pkgconf" "\$@"
+EOF
+  chmod +x "$prefix/bin/pkg-config"
+  # Runtime libraries this machine's loader does not know (libjpeg.so.62 on Ubuntu, say) go
+  # into rt/ for LD_LIBRARY_PATH; the others keep resolving to the system's own copies.
+  local ldconfig so soname known
+  ldconfig=$(command -v ldconfig || echo /sbin/ldconfig)
+  known=$("$ldconfig" -p 2>/dev/null | awk '{print $1}' || true)
+  while IFS= read -r so; do
+    soname=$(readelf -d "$so" 2>/dev/null | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+    [[ -n $soname ]] || continue
+    if ! grep -qxF "$soname" <<<"$known"; then ln -sfn "$so" "$prefix/rt/$soname"; fi
+  done < <(find "$prefix/usr/lib/$arch" "$prefix/lib/$arch" -maxdepth 1 -type f -name 'lib*.so.*' 2>/dev/null)
+  "$prefix/bin/pkg-config" --modversion libxxhash cpp-httplib
+  echo "unpacked $(find "$deps/debs" -name '*.deb' | wc -l) packages into $prefix;" \
+    "rt/ (not on this machine): $(find "$prefix/rt" -mindepth 1 -printf '%f ')"
+}
+
+# The environment every build and run step uses: headers, libraries and pkg-config from the
+# prefix first. CPATH also covers the multiarch include dir (jconfig.h, opensslconf.h) that no
+# find module names. (No LIBRARY_PATH: CMake would take its folders for the compiler's
+# implicit ones and leave them out of the programs' RUNPATH. Libraries are linked by full
+# path; -rpath-link, set at configure, lets ld resolve what they need in turn, e.g.
+# libcpp-httplib -> libssl, libbrotli*.)
+use_prefix() {
+  export CPATH="$prefix/usr/include/$arch:$prefix/usr/include${CPATH:+:$CPATH}"
+  export LD_LIBRARY_PATH="$prefix/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PKG_CONFIG="$prefix/bin/pkg-config"
+}
+
+step_configure() {
+  use_prefix
+  local generator=(-G Ninja)
+  command -v ninja >/dev/null 2>&1 || generator=(-G "Unix Makefiles")
+  local nb_dir
+  nb_dir=$("$py" -m nanobind --cmake_dir)
+  local link="-Wl,-rpath-link,$libdirs"
+  cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DSATURATE_WITH_CUDA=ON -DSATURATE_BUILD_PYTHON=ON -DSATURATE_BUILD_TESTS=ON \
+    -DSATURATE_BUILD_BENCH=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DCMAKE_PREFIX_PATH="$prefix/usr;$prefix" \
+    -DPKG_CONFIG_EXECUTABLE="$prefix/bin/pkg-config" \
+    -DPython_EXECUTABLE="$py" -Dnanobind_DIR="$nb_dir" \
+    -DCMAKE_EXE_LINKER_FLAGS="$link" -DCMAKE_SHARED_LINKER_FLAGS="$link" \
+    -DCMAKE_MODULE_LINKER_FLAGS="$link"
+}
+
+step_build() {
+  use_prefix
+  local t=$(($(left) - 240))  # keep ~4 minutes for the tests and the bench
+  ((dry)) && t=3600           # 2 cores here: no device budget to keep
+  ((t >= 60)) || t=60
+  echo "build: $cores jobs, timeout ${t}s"
+  timeout --kill-after=10 "$t" cmake --build "$build" -j "$cores"
+}
+
+# CMake's cache says where each library of the .debs was found; all of them must be in the
+# prefix, or the GPU machine would lack them.
+step_provenance() {
+  local bad=0 line
+  while IFS= read -r line; do
+    local value=${line#*=}
+    [[ -z $value || $value == *-NOTFOUND ]] && continue
+    if [[ $value == "$prefix"/* ]]; then echo "  prefix  $line"; else echo "  OTHER   $line"; bad=1; fi
+  done < <(grep -E '^(JPEG_(INCLUDE_DIR|LIBRARY_RELEASE)|PNG_(PNG_INCLUDE_DIR|LIBRARY_RELEASE)|ZLIB_(INCLUDE_DIR|LIBRARY_RELEASE)|(nlohmann_json|CLI11|GTest|benchmark)_DIR|pkgcfg_lib_[A-Z]+_[a-z_-]+):' \
+    "$build/CMakeCache.txt" | sed -E 's/:[A-Z]+=/=/')
+  ((bad == 0)) || { echo "some dependencies were found outside $prefix"; return 1; }
+  echo "libraries of the built programs:"
+  local f
+  for f in "$build/tools/saturate/saturate" "$build"/python/saturate/_core*.so; do
+    [[ -e $f ]] || continue
+    echo "  $(basename "$f"):"
+    ldd "$f" | grep -E 'jpeg|png|libz|xxhash|httplib|ssl|crypto|brotli|benchmark' | sed 's/^\s*/    /'
+  done
+  if ((dry)) && command -v dpkg >/dev/null 2>&1 && command -v ninja >/dev/null 2>&1; then
+    # Here the same packages are also installed in /usr: prove the build did not use them.
+    # Every header the compiler read (ninja's deps log) and every library the link lines name
+    # that belongs to a package of .deps must come from the prefix.
+    local pkgs headers owned
+    pkgs=$(for d in "$deps"/debs/*.deb; do dpkg-deb -f "$d" Package; done | sort -u)
+    headers=$(ninja -C "$build" -t deps | awk '$1 ~ /^\/usr\// && $1 !~ /^\/usr\/(local|lib\/gcc|include\/c\+\+)/ {print $1}' | sort -u)
+    owned=$(xargs -r dpkg -S <<<"$headers" 2>/dev/null | awk -F': ' '{split($1, p, ", "); for (i in p) print p[i] "\t" $2}' |
+      sed 's/:amd64//' | awk -F'\t' 'NR == FNR {want[$1] = 1; next} want[$1]' <(echo "$pkgs") - || true)
+    echo "headers read from /usr: $(wc -l <<<"$headers"); of them from .deps' packages: $(grep -c . <<<"$owned" || true)"
+    if [[ -n $owned ]]; then echo "$owned" | head -n 20; bad=1; fi
+    local libs
+    libs=$(ninja -C "$build" -t commands | grep -oE "(^| )(/usr)?/lib/$arch/lib(jpeg|png|z|xxhash|gtest|gmock|benchmark|cpp-httplib|ssl|crypto|brotli)[^ ]*" | sort -u || true)
+    echo "system copies of those libraries on link lines: ${libs:-none}"
+    [[ -z $libs ]] || bad=1
+  fi
+  return "$bad"
+}
+
+sanitizer_path() {
+  command -v compute-sanitizer 2>/dev/null && return 0
+  local c
+  for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+    [[ -x $c ]] && { echo "$c"; return 0; }
+  done
+  return 1
+}
+
+step_ctest_gpu() {
+  use_prefix
+  if ((dry)); then
+    ctest --test-dir "$build" -L gpu -N
+    skip "dry run: $(ctest --test-dir "$build" -L gpu -N | grep -oE 'Total Tests: [0-9]+') labelled gpu, listed, not run"
+  fi
+  timeout --kill-after=10 150 ctest --test-dir "$build" -L gpu --output-on-failure --no-tests=error
+}
+
+step_sanitizer() {
+  use_prefix
+  local test_bin=$build/src/feed/device_loader_gpu_test cs
+  [[ -x $test_bin ]] || { echo "$test_bin was not built"; return 1; }
+  cs=$(sanitizer_path) || skip "compute-sanitizer not found"
+  ((dry)) && skip "dry run: $test_bin built; memcheck needs a GPU"
+  # --error-exitcode: without it memcheck reports errors and still exits 0.
+  timeout --kill-after=10 150 "$cs" --tool memcheck --error-exitcode 86 "$test_bin"
+}
+
+step_pytest_gpu() {
+  use_prefix
+  export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+  "$py" -c 'import saturate, sys; print("saturate from", saturate.__file__)'
+  if ((dry)); then
+    set +e
+    local listed
+    listed=$("$py" -m pytest -q -p no:cacheprovider python/tests -m gpu --collect-only 2>&1)
+    set -e
+    echo "$listed" | tail -n 30
+    skip "dry run: $(echo "$listed" | grep -E 'collected|selected' | tail -n 1 | sed -E 's/=//g; s/ in [0-9.]+s.*//; s/^ +//') (-m gpu); not run"
+  fi
+  # Exit 5 = nothing selected: the GPU tests are missing their mark, a failure here.
+  timeout --kill-after=10 150 "$py" -m pytest -q -p no:cacheprovider python/tests -m gpu
+}
+
+step_h2d() {
+  use_prefix
+  local bin=$build/bench/h2d_bench
+  [[ -x $bin ]] || { echo "$bin was not built"; return 1; }
+  ((dry)) && skip "dry run: $bin built; needs a GPU"
+  timeout --kill-after=10 120 "$bin" --json >"$out/h2d.json"
+  cat "$out/h2d.json"
+}
+
+step_photos() {
+  local marker=$data/photos/.made-$photos_n
+  if [[ -f $marker ]]; then echo "reusing $data/photos ($photos_n images)"; return 0; fi
+  rm -rf "$data/photos"
+  mkdir -p "$data"
+  # make-photo-dataset reads /usr/share/wallpapers; point it at the carried copy instead of
+  # unpacking into / (the module's WALLPAPERS is read when it runs).
+  SATURATE_MAKE_PHOTO_DATASET_REEXEC=1 "$py" - "$root/scripts/make-photo-dataset" \
+    "$deps/wallpapers" "$data/photos" --train "$photos_n" --val 0 -j "$cores" <<'EOF'
+import importlib.machinery, importlib.util, sys
+script, wallpapers, *argv = sys.argv[1:]
+loader = importlib.machinery.SourceFileLoader("make_photo_dataset", script)
+spec = importlib.util.spec_from_loader(loader.name, loader)
+mpd = importlib.util.module_from_spec(spec)
+sys.modules[loader.name] = mpd  # the worker pool pickles make_image by module name
+loader.exec_module(mpd)
+mpd.WALLPAPERS = wallpapers
+sys.exit(mpd.main(argv))
+EOF
+  touch "$marker"
+  echo "$(find "$data/photos/train" -name '*.jpg' | wc -l) JPEGs, $(du -sh "$data/photos" | cut -f1)"
+}
+
+step_pack() {
+  use_prefix
+  rm -rf "$data/photos-train.sat" "$data/photos-train.sat.partial"
+  "$build/tools/saturate/saturate" pack folder "$data/photos/train" "$data/photos-train.sat" \
+    --threads "$cores"
+}
+
+step_train() {
+  use_prefix
+  local feeds=synthetic
+  ok photos && feeds+=,dataloader
+  if ok pack; then
+    feeds+=,saturate
+    export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  local args=(--json "$out/train_bench.json" --dataset "$data/photos-train.sat"
+              --images-root "$data/photos/train")
+  if ((dry)); then
+    ok pack && feeds+=,saturate-host  # the saturate code path that runs on a CPU
+    "$py" "$root/bench/gpu_train_bench.py" --smoke --feeds "$feeds" "${args[@]}"
+    return
+  fi
+  local t
+  t=$(($(left) - 15))
+  ((t >= 90)) || t=90
+  echo "feeds: $feeds; time left: ${t}s"
+  timeout --kill-after=10 "$t" "$py" "$root/bench/gpu_train_bench.py" --feeds "$feeds" \
+    --budget $((t - 10)) --workers "8,12,16" "${args[@]}"
+}
+
+# ------------------------------------------------------------------------------- run
+
+echo "saturate GPU benchmark harness: $( ((dry)) && echo dry run || echo GPU run), output in $out"
+echo "repository: $root at $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+
+run_step deps 1 step_deps
+run_step machine 1 step_machine
+needs unpack deps && run_step unpack 1 step_unpack
+needs configure unpack && run_step configure 0 step_configure
+needs build configure && run_step build 0 step_build
+needs provenance build && run_step provenance 1 step_provenance
+needs ctest-gpu build && run_step ctest-gpu 1 step_ctest_gpu
+needs sanitizer build && run_step sanitizer 1 step_sanitizer
+needs pytest-gpu build && run_step pytest-gpu 1 step_pytest_gpu
+needs h2d build && run_step h2d 1 step_h2d
+needs photos deps && run_step photos 1 step_photos
+needs pack build photos && run_step pack 1 step_pack
+run_step train 1 step_train
+
+# ---------------------------------------------------------------------------- summary
+
+failed=0
+for s in "${statuses[@]}"; do [[ $s == FAIL ]] && failed=1; done
+{
+  printf '\n%-11s %-6s %8s  %s\n' step status seconds note
+  for i in "${!names[@]}"; do
+    printf '%-11s %-6s %8s  %s\n' "${names[$i]}" "${statuses[$i]}" "${seconds[$i]}" "${notes[$i]}"
+  done
+  printf '%-11s %-6s %8s\n' total "$( ((failed)) && echo FAIL || echo ok)" "$(($(date +%s) - t_run))"
+} | tee "$out/summary.txt"
+[[ -f $out/train_bench.json ]] && echo "training bench: $out/train_bench.json"
+if [[ -d $build/Testing/Temporary ]]; then cp "$build"/Testing/Temporary/LastTest*.log "$logs"/ 2>/dev/null || true; fi
+tar -C "$logs" -czf "$out/logs.tar.gz" .
+echo "output: $(cd "$out" && echo *)"
+# Let tee finish run.log before the call collects $OUT.
+exec >&- 2>&-
+wait "$tee_pid" 2>/dev/null || true
+exit $failed
