@@ -152,15 +152,20 @@ nb::dict StatsDict(const feed::LoaderStats& s) {
   return d;
 }
 
-// A Loader, or with a CUDA device a DeviceLoader; the methods dispatch.
+// A Loader, or with a CUDA device a DeviceLoader, behind feed::BatchSource.
 class PyLoader {
  public:
   PyLoader(const feed::LoaderOptions& options, const std::string& device, int device_prefetch) {
     if (device == "cpu") {
-      loader_ = ValueOrThrow(WithoutGil([&] { return feed::Loader::Open(options); }));
+      auto loader = ValueOrThrow(WithoutGil([&] { return feed::Loader::Open(options); }));
+      host_ = loader.get();
+      source_ = std::move(loader);
     } else {
       feed::DeviceOptions d{device, device_prefetch};
-      device_ = ValueOrThrow(WithoutGil([&] { return feed::DeviceLoader::Open(options, d); }));
+      auto loader = ValueOrThrow(WithoutGil([&] { return feed::DeviceLoader::Open(options, d); }));
+      device_ = loader.get();
+      host_ = &loader->host();
+      source_ = std::move(loader);
     }
   }
 
@@ -172,14 +177,14 @@ class PyLoader {
   // an integer; 0 is the default stream).
   nb::object Next(Framework fw, bool with_info, uintptr_t stream) {
     // Keep the GIL when the batch is already there (the workers never take it).
-    if (!WaitForNext(std::chrono::nanoseconds(0))) {
-      while (!WithoutGil([&] { return WaitForNext(kSignalPoll); })) {
+    if (!source_->WaitForNext(std::chrono::nanoseconds(0))) {
+      while (!WithoutGil([&] { return source_->WaitForNext(kSignalPoll); })) {
         if (PyErr_CheckSignals() != 0) throw nb::python_error();
       }
     }
+    if (device_ != nullptr) device_->set_stream(reinterpret_cast<void*>(stream));
     // Ready: the host loader never blocks; the device stage only enqueues copies.
-    std::optional<feed::Batch> batch =
-        ValueOrThrow(device_ ? device_->Next(reinterpret_cast<void*>(stream)) : loader_->Next());
+    std::optional<feed::Batch> batch = ValueOrThrow(source_->Next());
     if (!batch) return nb::none();
     auto* owned = new feed::Batch(std::move(*batch));
     nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<feed::Batch*>(p); });
@@ -200,30 +205,25 @@ class PyLoader {
   }
 
   void SetEpoch(uint64_t epoch) {
-    ThrowIfError(
-        WithoutGil([&] { return device_ ? device_->SetEpoch(epoch) : loader_->SetEpoch(epoch); }));
+    ThrowIfError(WithoutGil([&] { return source_->SetEpoch(epoch); }));
   }
 
-  std::string StateJson() const { return (device_ ? device_->state() : loader_->state()).ToJson(); }
+  std::string StateJson() const { return source_->state().ToJson(); }
 
   void RestoreJson(const std::string& json) {
     feed::LoaderState state = ValueOrThrow(feed::LoaderState::FromJson(json));
-    ThrowIfError(
-        WithoutGil([&] { return device_ ? device_->Restore(state) : loader_->Restore(state); }));
+    ThrowIfError(WithoutGil([&] { return source_->Restore(state); }));
   }
 
-  feed::LoaderStats Stats() const { return device_ ? device_->stats() : loader_->stats(); }
+  feed::LoaderStats Stats() const { return source_->stats(); }
   // The host-side loader (the whole loader on the CPU path).
-  const feed::Loader& loader() const { return device_ ? device_->host() : *loader_; }
-  int device_index() const { return device_ ? device_->device_index() : -1; }
+  const feed::Loader& loader() const { return *host_; }
+  int device_index() const { return device_ != nullptr ? device_->device_index() : -1; }
 
  private:
-  bool WaitForNext(std::chrono::nanoseconds timeout) {
-    return device_ ? device_->WaitForNext(timeout) : loader_->WaitForNext(timeout);
-  }
-
-  std::unique_ptr<feed::Loader> loader_;
-  std::unique_ptr<feed::DeviceLoader> device_;
+  std::unique_ptr<feed::BatchSource> source_;
+  const feed::Loader* host_ = nullptr;    // owned by source_
+  feed::DeviceLoader* device_ = nullptr;  // source_ itself, on a GPU
 };
 
 feed::LoaderOptions MakeLoaderOptions(const std::string& dataset, uint64_t batch_size, bool shuffle,

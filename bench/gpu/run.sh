@@ -24,6 +24,7 @@
 #   photos      (e) 3,000 ImageNet-like JPEGs (scripts/make-photo-dataset, from the carried
 #               wallpapers)
 #   pack        (e) saturate pack folder -> a .sat dataset
+#   feed        saturate bench feed --device cuda vs --device cpu: the pipeline alone, no model
 #   train       (f) bench/gpu_train_bench.py: ResNet-50 fed by saturate, DataLoader and
 #               GPU-resident synthetic data -> train_bench.json
 # --dry-run runs (a)-(d) only as far as a machine without a GPU can (listing the GPU tests,
@@ -432,6 +433,20 @@ step_pack() {
     --threads "$cores"
 }
 
+# The input pipeline alone, no model: how fast batches reach the GPU (--device cuda: pinned
+# buffers, side-stream copies, conversion kernels) against the same pipeline into host memory.
+step_feed() {
+  use_prefix
+  ((dry)) && skip "dry run: --device cuda needs a GPU"
+  local sat=$build/tools/saturate/saturate
+  local t=image:crop=random,size=224,flip=0.5,dtype=float16,normalize,layout=channels_last
+  for device in cuda cpu; do
+    echo "bench feed --device $device:"
+    timeout --kill-after=10 60 "$sat" bench feed "$data/photos-train.sat" --batch 256 --epochs 2 \
+      --warmup 2 --json -t "$t" --device "$device"
+  done
+}
+
 step_train() {
   use_prefix
   local feeds=synthetic
@@ -472,6 +487,7 @@ needs pytest-gpu build && run_step pytest-gpu 1 step_pytest_gpu
 needs h2d build && run_step h2d 1 step_h2d
 needs photos deps && run_step photos 1 step_photos
 needs pack build photos && run_step pack 1 step_pack
+needs feed pack && run_step feed 1 step_feed
 run_step train 1 step_train
 
 # ---------------------------------------------------------------------------- summary

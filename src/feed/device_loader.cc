@@ -1,6 +1,5 @@
 #include "saturate/feed/device_loader.h"
 
-#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -136,13 +135,6 @@ bool NeedsKernel(const ImageTransform& t) {
   return t.dtype != DType::kUInt8 || t.layout == Layout::kCHW;
 }
 
-const FieldOptions* FindField(const std::vector<FieldOptions>& fields, const std::string& name) {
-  for (const FieldOptions& f : fields) {
-    if (f.field == name) return &f;
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 class DeviceLoader::Impl {
@@ -165,19 +157,14 @@ class DeviceLoader::Impl {
     LoaderOptions host = options;
     for (const format::FieldSpec& spec : dataset->schema().fields) {
       if (spec.kind != format::FieldKind::kImage) continue;
-      const FieldOptions* given = FindField(options.fields, spec.name);
+      const FieldOptions* given = FindOptions(options.fields, spec.name);
       FieldOptions f = given != nullptr ? *given : FieldOptions{spec.name};
       images_.push_back({spec.name, f.image, NeedsKernel(f.image)});
       f.image.dtype = DType::kUInt8;
       f.image.normalize = false;
       f.image.layout = Layout::kHWC;
-      auto it = std::find_if(host.fields.begin(), host.fields.end(),
-                             [&](const FieldOptions& o) { return o.field == spec.name; });
-      if (it != host.fields.end()) {
-        *it = f;
-      } else {
-        host.fields.push_back(f);
-      }
+      std::erase_if(host.fields, [&](const FieldOptions& o) { return o.field == spec.name; });
+      host.fields.push_back(f);
     }
     dataset.reset();
     host.allocator = std::make_shared<PinnedAllocator>(gpu_);
@@ -198,7 +185,10 @@ class DeviceLoader::Impl {
     return Status::OK();
   }
 
-  Result<std::optional<Batch>> Next(device::Stream stream) {
+  void set_stream(device::Stream stream) { stream_ = stream; }
+
+  Result<std::optional<Batch>> Next() {
+    const device::Stream stream = stream_;
     Retire(/*keep=*/1);
     TopUp();
     if (in_flight_.empty()) return std::optional<Batch>();  // the epoch's end
@@ -382,6 +372,7 @@ class DeviceLoader::Impl {
   std::unique_ptr<Loader> host_;
   std::shared_ptr<DevicePool> pool_;
   device::Stream copy_stream_ = nullptr;
+  device::Stream stream_ = nullptr;  // the consumer's
   std::deque<InFlight> in_flight_;
   std::deque<Retiring> retiring_;
   std::atomic<uint64_t> epoch_{0};
@@ -407,7 +398,9 @@ Result<std::unique_ptr<DeviceLoader>> DeviceLoader::Open(const LoaderOptions& op
 DeviceLoader::DeviceLoader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DeviceLoader::~DeviceLoader() = default;
 
-Result<std::optional<Batch>> DeviceLoader::Next(void* stream) { return impl_->Next(stream); }
+void DeviceLoader::set_stream(void* stream) { impl_->set_stream(stream); }
+uint64_t DeviceLoader::batches_per_epoch() const { return impl_->host().batches_per_epoch(); }
+Result<std::optional<Batch>> DeviceLoader::Next() { return impl_->Next(); }
 bool DeviceLoader::WaitForNext(std::chrono::nanoseconds timeout) {
   return impl_->WaitForNext(timeout);
 }

@@ -116,13 +116,14 @@ TEST_F(DeviceLoaderGpuTest, BatchesOnAConsumerStreamEqualTheCpuPath) {
   ASSERT_TRUE(loader.ok()) << loader.status().ToString();
   cudaStream_t consumer = nullptr;
   ASSERT_CUDA(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking));
+  (*loader)->set_stream(consumer);
   for (int epoch = 0; epoch < 2; ++epoch) {
     ASSERT_TRUE((*cpu)->SetEpoch(epoch).ok());
     ASSERT_TRUE((*loader)->SetEpoch(epoch).ok());
     int batches = 0;
     while (true) {
       auto want = (*cpu)->Next();
-      auto got = (*loader)->Next(consumer);
+      auto got = (*loader)->Next();
       ASSERT_TRUE(want.ok() && got.ok()) << got.status().ToString();
       ASSERT_EQ(want->has_value(), got->has_value());
       if (!got->has_value()) break;
@@ -151,7 +152,7 @@ TEST_F(DeviceLoaderGpuTest, NoDeviceAllocationPerBatchInTheSteadyState) {
   auto epoch = [&](uint64_t e) {
     EXPECT_TRUE((*loader)->SetEpoch(e).ok());
     while (true) {
-      auto next = (*loader)->Next(nullptr);
+      auto next = (*loader)->Next();
       EXPECT_TRUE(next.ok());
       if (!next.ok() || !next->has_value()) return;
     }

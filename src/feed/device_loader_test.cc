@@ -117,9 +117,10 @@ TEST_F(DeviceLoaderTest, BatchesEqualTheCpuPathForEveryDtypeAndLayout) {
     ASSERT_TRUE(consumer.ok());
     auto loader = DeviceLoader::Open(options, kPrefetch, gpu);
     ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    (*loader)->set_stream(*consumer);
     size_t n = 0;
     while (true) {
-      auto next = (*loader)->Next(*consumer);
+      auto next = (*loader)->Next();
       ASSERT_TRUE(next.ok()) << next.status().ToString();
       if (!next->has_value()) break;
       ASSERT_LT(n, expected.size());
@@ -143,7 +144,7 @@ TEST_F(DeviceLoaderTest, PcieCarriesUint8AndNothingIsAllocatedPerBatch) {
   auto drain = [&] {
     uint64_t batches = 0;
     while (true) {
-      auto next = (*loader)->Next(nullptr);
+      auto next = (*loader)->Next();
       EXPECT_TRUE(next.ok());
       if (!next.ok() || !next->has_value()) return batches;
       ++batches;
@@ -183,7 +184,8 @@ TEST_F(DeviceLoaderTest, ABufferIsNotReusedUntilTheConsumersStreamIsDoneWithIt) 
   // at once (as Python does when the loop variable is rebound).
   std::vector<Copied> seen;
   {
-    auto first = (*loader)->Next(*consumer);
+    (*loader)->set_stream(*consumer);
+    auto first = (*loader)->Next();
     ASSERT_TRUE(first.ok() && first->has_value());
     // The kernel holds raw pointers, not the batch.
     std::vector<TensorView> views = (*first)->tensors();
@@ -193,8 +195,9 @@ TEST_F(DeviceLoaderTest, ABufferIsNotReusedUntilTheConsumersStreamIsDoneWithIt) 
     });
   }
   // Meanwhile the stage copies the following batches, reusing buffers.
+  (*loader)->set_stream(nullptr);
   for (int i = 0; i < 4; ++i) {
-    auto next = (*loader)->Next(nullptr);
+    auto next = (*loader)->Next();
     ASSERT_TRUE(next.ok() && next->has_value());
   }
   gpu->Drain(*consumer);
@@ -216,7 +219,7 @@ TEST_F(DeviceLoaderTest, RestoreResumesWithTheSameBytes) {
     }
     std::vector<std::vector<Copied>> out;
     for (size_t i = 0; i < batches; ++i) {
-      auto next = (*loader)->Next(nullptr);
+      auto next = (*loader)->Next();
       EXPECT_TRUE(next.ok() && next->has_value());
       out.push_back(ReadOnStream(gpu.get(), nullptr, **next));
     }
@@ -241,7 +244,7 @@ TEST_F(DeviceLoaderTest, HoldingTooManyBatchesIsAnErrorNotADeadlock) {
   std::vector<Batch> held;
   Status error;
   for (int i = 0; i < 5 && error.ok(); ++i) {
-    auto next = (*loader)->Next(nullptr);
+    auto next = (*loader)->Next();
     if (next.ok()) {
       held.push_back(**next);
     } else {
@@ -259,10 +262,10 @@ TEST_F(DeviceLoaderTest, BatchesOutliveTheLoaderAndEverythingIsFreed) {
     {
       auto loader = DeviceLoader::Open(Options(dir_, ImageTransform{}), kPrefetch, gpu);
       ASSERT_TRUE(loader.ok());
-      auto next = (*loader)->Next(nullptr);
+      auto next = (*loader)->Next();
       ASSERT_TRUE(next.ok() && next->has_value());
       kept = std::move(**next);
-      ASSERT_TRUE((*loader)->Next(nullptr).ok());
+      ASSERT_TRUE((*loader)->Next().ok());
     }  // destroyed mid-epoch with copies in flight
     EXPECT_EQ(ReadOnStream(gpu.get(), nullptr, *kept).size(), 2u);
     EXPECT_GE(gpu->counters().live_device_buffers, 1u);

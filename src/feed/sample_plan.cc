@@ -36,14 +36,14 @@ class RngSource : public image::UniformSource {
   SampleRng* rng_;
 };
 
+}  // namespace
+
 const FieldOptions* FindOptions(const std::vector<FieldOptions>& options, const std::string& name) {
   for (const FieldOptions& o : options) {
     if (o.field == name) return &o;
   }
   return nullptr;
 }
-
-}  // namespace
 
 image::PixelType PixelTypeOf(DType dtype) {
   switch (dtype) {

@@ -34,6 +34,9 @@ struct StageTimes {
   uint64_t transform_ns = 0;
 };
 
+// The options given for field `name`, or nullptr.
+const FieldOptions* FindOptions(const std::vector<FieldOptions>& options, const std::string& name);
+
 // The image library's pixel type and memory layout for an output dtype and
 // layout; channels_last images are HWC in memory.
 image::PixelType PixelTypeOf(DType dtype);

@@ -533,6 +533,14 @@ sat bench feed killed2 --threads zero
 expect_rc 2 "bench feed with a bad --threads"
 sat bench feed notds
 expect_rc 2 "bench feed on a non-dataset"
+sat bench feed killed2 --device gpu0
+expect_rc 2 "bench feed with a bad --device"
+expect_err "gpu0" "bench feed names the bad device"
+if "$SAT" devices 2>/dev/null | grep -q "^gpu: none"; then  # no GPU here: a clear refusal
+  sat bench feed killed2 --device cuda
+  expect_rc 2 "bench feed --device cuda without a GPU"
+  expect_err "unavailable: cuda:0" "bench feed --device cuda says why"
+fi
 
 # ---- inspect on things that are not datasets ---------------------------------------------------------
 section "inspect non-datasets"

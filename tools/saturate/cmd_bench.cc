@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "feed_run.h"
+#include "saturate/feed/device_loader.h"
 #include "saturate/feed/loader.h"
 
 namespace saturate::cli {
@@ -25,6 +26,7 @@ struct FeedFlags {
   bool no_shuffle = false;
   bool skip_bad = false;
   std::vector<std::string> transforms;
+  std::string device = "cpu";
   bool digest = false;
   bool json = false;
 };
@@ -79,10 +81,23 @@ Result<feed::LoaderOptions> MakeOptions(const FeedFlags& f) {
   return o;
 }
 
+// The loader the flags ask for: on the host, or with --device feeding a GPU.
+Result<std::unique_ptr<feed::BatchSource>> OpenSource(const FeedFlags& f) {
+  SATURATE_ASSIGN_OR_RETURN(feed::LoaderOptions options, MakeOptions(f));
+  if (f.device == "cpu") {
+    SATURATE_ASSIGN_OR_RETURN(std::unique_ptr<feed::Loader> loader, feed::Loader::Open(options));
+    return std::unique_ptr<feed::BatchSource>(std::move(loader));
+  }
+  if (f.digest) {
+    return Status::InvalidArgument("--digest hashes host memory; use it with --device cpu");
+  }
+  SATURATE_ASSIGN_OR_RETURN(std::unique_ptr<feed::DeviceLoader> loader,
+                            feed::DeviceLoader::Open(options, {.device = f.device}));
+  return std::unique_ptr<feed::BatchSource>(std::move(loader));
+}
+
 int RunFeed(const FeedFlags& f) {
-  auto options = MakeOptions(f);
-  if (!options.ok()) return ReportError("bench feed", options.status());
-  auto loader = feed::Loader::Open(*options);
+  auto loader = OpenSource(f);
   if (!loader.ok()) return ReportError("bench feed", loader.status());
   const uint64_t total = (*loader)->batches_per_epoch() * f.epochs;
   ProgressBar bar("feed", "batch");
@@ -119,7 +134,9 @@ int RunFeed(const FeedFlags& f) {
         {"decode_us_per_sample", per_sample_us(end.decode_ns, at_start.decode_ns)},
         {"transform_us_per_sample", per_sample_us(end.transform_ns, at_start.transform_ns)},
         {"cpu_cores_used", cpu_cores},
-        {"skipped", end.skipped}};
+        {"skipped", end.skipped},
+        {"device", f.device},
+        {"h2d_bytes", end.h2d_bytes - at_start.h2d_bytes}};
     if (f.digest) j["digest"] = digest.Hex();
     std::cout << j.dump(2) << "\n";
     return kExitOk;
@@ -164,6 +181,10 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   cmd->add_option("-t,--transform", f->transforms,
                   "Per-field transform FIELD:OPTION,... e.g. "
                   "image:crop=random,size=224,flip=0.5,dtype=uint8 (repeatable)");
+  cmd->add_option("--device", f->device,
+                  "cpu, or cuda / cuda:N to copy batches to that GPU (pinned buffers, side "
+                  "stream, conversion in kernels)")
+      ->capture_default_str();
   cmd->add_flag("--digest", f->digest,
                 "Print an XXH3-64 digest of all output bytes (same options, same digest: "
                 "any thread count, any run)");

@@ -12,7 +12,7 @@ double FeedMeasurement::wait_pct() const {
 }
 
 Result<FeedMeasurement> MeasureFeed(
-    feed::Loader& loader, const FeedRunOptions& run,
+    feed::BatchSource& loader, const FeedRunOptions& run,
     const std::function<void(const feed::Batch&, uint64_t)>& on_batch) {
   using Clock = std::chrono::steady_clock;
   FeedMeasurement m;

@@ -36,7 +36,7 @@ struct FeedMeasurement {
 // Runs `loader` from its current epoch until `run` says stop; calls
 // `on_batch(batch, batches so far)` for every batch.
 Result<FeedMeasurement> MeasureFeed(
-    feed::Loader& loader, const FeedRunOptions& run,
+    feed::BatchSource& loader, const FeedRunOptions& run,
     const std::function<void(const feed::Batch&, uint64_t)>& on_batch = {});
 
 // The --transform flags as field options.

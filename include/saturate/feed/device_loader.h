@@ -4,7 +4,7 @@
 //     -> copy stream: cudaMemcpyAsync into a pooled device buffer, then the
 //        conversion kernels (to float32/float16/bfloat16, normalize, CHW or
 //        channels_last) -> event
-//     -> Next(stream): `stream` waits on the event; the batch is returned
+//     -> Next(): the consumer's stream waits on the event; the batch is returned
 //
 // The PCIe bus carries uint8 pixels and the CPU only decodes and crops.
 // Copies of `prefetch` batches are issued ahead of the consumer, so they
@@ -16,19 +16,19 @@
 // GPU can read. Device buffers (prefetch + max_held_batches of them) are
 // allocated on first use and reused; nothing is allocated per batch.
 //
-// Stream safety: Next(stream) makes `stream` wait until the batch is on the
-// device. When the last copy of a Batch is released, an event is recorded on
-// that same stream, and the buffer is not written again until the event
-// passes, so kernels queued on `stream` may still read it after release
-// (PyTorch's caching allocator gives the same guarantee for one stream).
-// Work on other streams must be ordered by the caller, as with any tensor.
+// Stream safety: Next() makes the consumer's stream (set_stream()) wait
+// until the batch is on the device. When the last copy of a Batch is
+// released, an event is recorded on that same stream, and the buffer is not written again until the
+// event passes, so kernels queued on `stream` may still read it after release (PyTorch's caching
+// allocator gives the same guarantee for one stream). Work on other streams must be ordered by the
+// caller, as with any tensor.
 //
 // Errors and order are the Loader's: a failing sample reaches Next() as a
 // Status in its batch's place. state() counts batches delivered to the
 // consumer, not those copied ahead, so Restore() resumes exactly.
 //
-// Thread-safety: one consumer thread calls Next()/WaitForNext()/SetEpoch()/
-// Restore(); stats() and state() may be called from any thread. Batches may
+// Thread-safety: one consumer thread calls set_stream()/Next()/WaitForNext()/
+// SetEpoch()/Restore(); stats() and state() may be called from any thread. Batches may
 // be released from any thread and may outlive the DeviceLoader.
 #ifndef SATURATE_FEED_DEVICE_LOADER_H_
 #define SATURATE_FEED_DEVICE_LOADER_H_
@@ -52,7 +52,7 @@ struct DeviceOptions {
   int prefetch = 2;             // batches copied to the device ahead of the consumer
 };
 
-class DeviceLoader {
+class DeviceLoader : public BatchSource {
  public:
   // Unavailable (naming the reason) when the device cannot be used: no GPU,
   // no driver, or a build without CUDA.
@@ -61,21 +61,25 @@ class DeviceLoader {
   // The same on a given Gpu (tests pass a FakeGpu).
   static Result<std::unique_ptr<DeviceLoader>> Open(const LoaderOptions& options, int prefetch,
                                                     std::shared_ptr<device::Gpu> gpu);
-  ~DeviceLoader();  // waits for copies in flight; never hangs
+  ~DeviceLoader() override;  // waits for copies in flight; never hangs
   DeviceLoader(const DeviceLoader&) = delete;
   DeviceLoader& operator=(const DeviceLoader&) = delete;
 
+  // The consumer's stream (a cudaStream_t; nullptr, the default, is the
+  // device's default stream): batches from Next() are ready for work
+  // enqueued on it.
+  void set_stream(void* stream);
+
+  uint64_t batches_per_epoch() const override;
   // The next batch, its tensors in device memory (TensorView::cuda_device
-  // set), ready for work enqueued on `stream` (a cudaStream_t; nullptr is
-  // the default stream); nullopt at the epoch's end.
-  Result<std::optional<Batch>> Next(void* stream);
-  // As Loader::WaitForNext.
-  bool WaitForNext(std::chrono::nanoseconds timeout);
-  Status SetEpoch(uint64_t epoch);
-  LoaderState state() const;
-  Status Restore(const LoaderState& state);
+  // set), ready on the consumer's stream; nullopt at the epoch's end.
+  Result<std::optional<Batch>> Next() override;
+  bool WaitForNext(std::chrono::nanoseconds timeout) override;
+  Status SetEpoch(uint64_t epoch) override;
+  LoaderState state() const override;
+  Status Restore(const LoaderState& state) override;
   // The host loader's counters plus h2d_bytes, h2d_batches, device_buffers.
-  LoaderStats stats() const;
+  LoaderStats stats() const override;
 
   // The host-side loader (batches_per_epoch, rank, schema, ...).
   const Loader& host() const;

@@ -202,32 +202,47 @@ struct LoaderStats {
   std::string autotune_reason;  // why the autotuner last changed them, if it did
 };
 
-class Loader {
+// What a training loop pulls batches from: a Loader (host memory) or a
+// DeviceLoader (GPU memory, device_loader.h). One consumer thread.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+
+  virtual uint64_t batches_per_epoch() const = 0;
+  // The next batch of the current epoch, or nullopt at its end.
+  virtual Result<std::optional<Batch>> Next() = 0;
+  // Waits up to `timeout` until Next() would return without blocking (a
+  // batch, an error or the epoch's end is ready); returns whether it would.
+  // Lets a caller block in short slices, e.g. to notice Ctrl-C in Python.
+  // The time waited counts in stats().wait_ns like Next()'s.
+  virtual bool WaitForNext(std::chrono::nanoseconds timeout) = 0;
+  // Starts epoch `epoch` from its first batch (discarding work in flight).
+  virtual Status SetEpoch(uint64_t epoch) = 0;
+
+  virtual LoaderState state() const = 0;
+  virtual Status Restore(const LoaderState& state) = 0;
+  virtual LoaderStats stats() const = 0;
+};
+
+class Loader : public BatchSource {
  public:
   static Result<std::unique_ptr<Loader>> Open(const LoaderOptions& options);
-  ~Loader();  // stops the workers; never hangs, even mid-epoch
+  ~Loader() override;  // stops the workers; never hangs, even mid-epoch
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  uint64_t batches_per_epoch() const;
+  uint64_t batches_per_epoch() const override;
   uint64_t batch_bytes() const;  // bytes of one batch buffer
   uint32_t rank() const;
   uint32_t world_size() const;
   const format::Schema& schema() const;
 
-  // The next batch of the current epoch, or nullopt at its end.
-  Result<std::optional<Batch>> Next();
-  // Waits up to `timeout` until Next() would return without blocking (a
-  // batch, an error or the epoch's end is ready); returns whether it would.
-  // Lets a caller block in short slices, e.g. to notice Ctrl-C in Python.
-  // The time waited counts in stats().wait_ns like Next()'s.
-  bool WaitForNext(std::chrono::nanoseconds timeout);
-  // Starts epoch `epoch` from its first batch (discarding work in flight).
-  Status SetEpoch(uint64_t epoch);
-
-  LoaderState state() const;
-  Status Restore(const LoaderState& state);
-  LoaderStats stats() const;
+  Result<std::optional<Batch>> Next() override;
+  bool WaitForNext(std::chrono::nanoseconds timeout) override;
+  Status SetEpoch(uint64_t epoch) override;
+  LoaderState state() const override;
+  Status Restore(const LoaderState& state) override;
+  LoaderStats stats() const override;
 
  private:
   class Impl;
