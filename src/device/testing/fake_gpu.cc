@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <string>
 #include <thread>
 
 namespace saturate::testing {
@@ -84,40 +85,35 @@ FakeGpu::FakeStream* FakeGpu::Get(Stream stream) {
   return stream == nullptr ? default_stream_.get() : static_cast<FakeStream*>(stream);
 }
 
-Result<void*> FakeGpu::AllocPinned(size_t bytes) {
+Result<void*> FakeGpu::Allocate(size_t bytes, std::unordered_set<void*>* live, uint64_t* count) {
   void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  if (p == nullptr) return Status::IOError("fake pinned allocation failed");
+  if (p == nullptr)
+    return Status::IOError("fake allocation of " + std::to_string(bytes) + " failed");
   std::lock_guard<std::mutex> lock(mu_);
-  ++counters_.pinned_allocs;
-  pinned_.insert(p);
+  ++*count;
+  live->insert(p);
   return p;
 }
 
-void FakeGpu::FreePinned(void* ptr) {
+void FakeGpu::Release(void* ptr, std::unordered_set<void*>* live) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (pinned_.erase(ptr) == 0) std::abort();  // not ours: a bug in the caller
+    if (live->erase(ptr) == 0) std::abort();  // not ours, or freed twice: a bug in the caller
   }
   std::free(ptr);
 }
+
+Result<void*> FakeGpu::AllocPinned(size_t bytes) {
+  return Allocate(bytes, &pinned_, &counters_.pinned_allocs);
+}
+
+void FakeGpu::FreePinned(void* ptr) { Release(ptr, &pinned_); }
 
 Result<void*> FakeGpu::AllocDevice(size_t bytes) {
-  void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  if (p == nullptr) return Status::IOError("fake device allocation failed");
-  std::lock_guard<std::mutex> lock(mu_);
-  ++counters_.device_allocs;
-  device_.insert(p);
-  return p;
+  return Allocate(bytes, &device_, &counters_.device_allocs);
 }
 
-void FakeGpu::FreeDevice(void* ptr) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (device_.erase(ptr) == 0) std::abort();
-    ++counters_.device_frees;
-  }
-  std::free(ptr);
-}
+void FakeGpu::FreeDevice(void* ptr) { Release(ptr, &device_); }
 
 Result<Stream> FakeGpu::CreateStream() { return static_cast<Stream>(new FakeStream()); }
 

@@ -32,7 +32,6 @@ class FakeGpu : public device::Gpu {
   struct Counters {
     uint64_t pinned_allocs = 0;
     uint64_t device_allocs = 0;
-    uint64_t device_frees = 0;
     uint64_t copies = 0;
     uint64_t copy_bytes = 0;
     uint64_t conversions = 0;
@@ -70,6 +69,8 @@ class FakeGpu : public device::Gpu {
   class FakeStream;
   struct FakeEvent;
   FakeStream* Get(Stream stream);
+  Result<void*> Allocate(size_t bytes, std::unordered_set<void*>* live, uint64_t* count);
+  void Release(void* ptr, std::unordered_set<void*>* live);
 
   const std::chrono::microseconds copy_delay_;
   std::unique_ptr<FakeStream> default_stream_;
