@@ -42,7 +42,7 @@ class DeviceScope {
         previous_ == index ? Status::OK() : Check(cudaSetDevice(index), "cudaSetDevice", index);
   }
   ~DeviceScope() {
-    if (previous_ != index_ && status_.ok()) cudaSetDevice(previous_);
+    if (previous_ >= 0 && previous_ != index_ && status_.ok()) cudaSetDevice(previous_);
   }
   const Status& status() const { return status_; }
 
