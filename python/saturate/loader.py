@@ -221,7 +221,9 @@ class Loader:
     def stats(self) -> Dict[str, Any]:
         """Per-stage counters since start: samples, skipped, read/decode/transform
         nanoseconds (summed over threads), batches, the consumer's ``wait_ns``, and the
-        current threads/prefetch (the autotuner may change them)."""
+        current threads/prefetch (the autotuner may change them). With ``device="cuda"`` also
+        ``h2d_bytes`` and ``h2d_batches`` copied to the GPU and ``device_buffers`` allocated
+        there (constant once the pool is full)."""
         return self._core.stats()
 
     @property
