@@ -198,7 +198,10 @@ class DeviceLoader::Impl {
       delivered_.fetch_add(1);
       return entry.error;
     }
-    SATURATE_RETURN_IF_ERROR(gpu_->StreamWait(stream, entry.held->buffer().ready));
+    if (Status s = gpu_->StreamWait(stream, entry.held->buffer().ready); !s.ok()) {
+      (void)gpu_->Synchronize(entry.held->buffer().ready);  // before the pinned buffer goes
+      return s;
+    }
     entry.held->set_consumer(stream);
     retiring_.push_back({std::move(entry.host), entry.held->buffer().ready});
     delivered_.fetch_add(1);
@@ -270,6 +273,11 @@ class DeviceLoader::Impl {
       } else {
         entry.host = std::move(**next);
         entry.error = Issue(&entry);
+        if (!entry.error.ok() && entry.held != nullptr) {
+          // Copies already queued still read the pinned buffer: let them finish first.
+          (void)gpu_->Record(entry.held->buffer().ready, copy_stream_);
+          (void)gpu_->Synchronize(entry.held->buffer().ready);
+        }
       }
       in_flight_.push_back(std::move(entry));
     }
