@@ -124,11 +124,6 @@ Result<Event> FakeGpu::CreateEvent() { return static_cast<Event>(new FakeEvent()
 void FakeGpu::DestroyEvent(Event event) { delete static_cast<FakeEvent*>(event); }
 
 Status FakeGpu::CopyToDevice(void* dst, const void* src, size_t bytes, Stream stream) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++counters_.copies;
-    counters_.copy_bytes += bytes;
-  }
   const auto delay = copy_delay_;
   Get(stream)->Enqueue([dst, src, bytes, delay] {
     if (delay.count() > 0) std::this_thread::sleep_for(delay);

@@ -32,8 +32,6 @@ class FakeGpu : public device::Gpu {
   struct Counters {
     uint64_t pinned_allocs = 0;
     uint64_t device_allocs = 0;
-    uint64_t copies = 0;
-    uint64_t copy_bytes = 0;
     uint64_t conversions = 0;
     uint64_t live_device_buffers = 0;
     uint64_t live_pinned_buffers = 0;
