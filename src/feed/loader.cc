@@ -104,9 +104,9 @@ class BatchBuffer {
 
 class Loader::Impl {
  public:
-  // One batch being produced, in ring position batch % kMaxPrefetch.
+  // One batch being produced, in ring position seq % kMaxPrefetch.
   struct Slot {
-    uint64_t batch = UINT64_MAX;  // which batch of the epoch, UINT64_MAX when idle
+    uint64_t batch = UINT64_MAX;  // its sequence number (see base_), UINT64_MAX when idle
     std::shared_ptr<BatchBuffer> buffer;
     uint64_t count = 0;      // samples in this batch
     uint64_t remaining = 0;  // samples not yet written
@@ -195,7 +195,7 @@ class Loader::Impl {
       wait_start_ns_ = -1;
       return std::optional<Batch>();
     }
-    Slot& slot = slots_[delivered_ % kMaxPrefetch];
+    Slot& slot = slots_[head() % kMaxPrefetch];
     auto t0 = Clock::now();
     while (!SlotCompleteLocked(slot)) {
       if (AllBuffersHeldLocked(slot)) {
@@ -253,7 +253,7 @@ class Loader::Impl {
     auto t0 = Clock::now();
     const bool ready = shared_->ready_cv.wait_for(lock, timeout, [&] {
       if (delivered_ >= batches_per_epoch()) return true;
-      const Slot& slot = slots_[delivered_ % kMaxPrefetch];
+      const Slot& slot = slots_[head() % kMaxPrefetch];
       return SlotCompleteLocked(slot) || AllBuffersHeldLocked(slot);
     });
     wait_ns_ += Nanos(t0, Clock::now());
@@ -268,7 +268,11 @@ class Loader::Impl {
     wait_start_ns_ = -1;
     {
       std::unique_lock<std::mutex> lock(shared_->mu);
-      released = StartEpochLocked(epoch, batches_done, &lock);
+      if (epoch == epoch_ + 1 && batches_done == 0 && delivered_ == batches_per_epoch()) {
+        NextEpochLocked();  // keeps the batches read ahead
+      } else {
+        released = StartEpochLocked(epoch, batches_done, &lock);
+      }
     }
     shared_->work_cv.notify_all();
     return Status::OK();  // `released` returns its buffers to the pool here
@@ -395,7 +399,7 @@ class Loader::Impl {
     sample.threads = threads_;
     sample.prefetch = prefetch_;
     for (const Slot& slot : slots_) {
-      if (slot.batch != UINT64_MAX && slot.batch >= delivered_ && slot.remaining == 0) {
+      if (slot.batch != UINT64_MAX && slot.batch >= head() && slot.remaining == 0) {
         ++sample.ready_batches;
       }
     }
@@ -420,6 +424,8 @@ class Loader::Impl {
     pausing_ = false;
     epoch_ = epoch;
     sampler_.EpochIndices(epoch, &order_);
+    next_order_ready_ = false;
+    base_ = 0;  // nothing is in flight: the numbering may restart
     delivered_ = first;
     cursor_batch_ = first;
     cursor_offset_ = 0;
@@ -434,24 +440,41 @@ class Loader::Impl {
     return released;
   }
 
+  // Moves on to epoch_ + 1 once epoch_ is fully delivered, keeping the
+  // batches the workers have already made of it.
+  void NextEpochLocked() {
+    base_ += batches_per_epoch();
+    ++epoch_;
+    if (next_order_ready_) {
+      order_.swap(next_order_);
+    } else {
+      sampler_.EpochIndices(epoch_, &order_);
+    }
+    next_order_ready_ = false;
+    delivered_ = 0;
+  }
+
+  // The sequence number of the next batch the consumer gets.
+  uint64_t head() const { return base_ + delivered_; }
+
   uint64_t BatchCount(uint64_t b) const {
     return std::min<uint64_t>(options_.batch_size, order_.size() - b * options_.batch_size);
   }
 
   bool SlotCompleteLocked(const Slot& slot) const {
-    return slot.batch == delivered_ && slot.remaining == 0;
+    return slot.batch == head() && slot.remaining == 0;
   }
 
   // Every buffer is held by the consumer, so the next batch can never be made.
   bool AllBuffersHeldLocked(const Slot& slot) const {
-    return slot.batch != delivered_ && shared_->free.empty() &&
-           shared_->allocated >= shared_->capacity;
+    return slot.batch != head() && shared_->free.empty() && shared_->allocated >= shared_->capacity;
   }
 
   bool CanStartLocked(int worker) const {
     if (pausing_ || worker >= threads_) return false;
-    if (cursor_batch_ >= batches_per_epoch()) return false;
-    if (cursor_batch_ >= delivered_ + static_cast<uint64_t>(prefetch_)) return false;
+    // At most one epoch ahead: the batches of epoch_ + 1 wait for its SetEpoch.
+    if (cursor_batch_ >= base_ + 2 * batches_per_epoch()) return false;
+    if (cursor_batch_ >= head() + static_cast<uint64_t>(prefetch_)) return false;
     if (cursor_offset_ > 0) return true;
     return !shared_->free.empty() || shared_->allocated < shared_->capacity;
   }
@@ -480,21 +503,30 @@ class Loader::Impl {
         CloseStretch(&stretch);
         return;
       }
-      // Claim a chunk of the batch under the cursor.
-      const uint64_t b = cursor_batch_;
-      Slot& slot = slots_[b % kMaxPrefetch];
+      // Claim a chunk of the batch under the cursor, which may be in the
+      // next epoch already.
+      const uint64_t seq = cursor_batch_;
+      const bool ahead = seq >= base_ + batches_per_epoch();
+      if (ahead && !next_order_ready_) {
+        sampler_.EpochIndices(epoch_ + 1, &next_order_);
+        next_order_ready_ = true;
+      }
+      const std::vector<uint64_t>& order = ahead ? next_order_ : order_;
+      const uint64_t epoch = epoch_ + (ahead ? 1 : 0);
+      const uint64_t b = seq - base_ - (ahead ? batches_per_epoch() : 0);
+      Slot& slot = slots_[seq % kMaxPrefetch];
       if (cursor_offset_ == 0) {
         auto buffer = AcquireLocked();
         if (!buffer.ok()) {
           slot.error = buffer.status();
-          slot.batch = b;
+          slot.batch = seq;
           slot.remaining = 0;
           ++cursor_batch_;
           shared_->ready_cv.notify_all();
           continue;
         }
         slot.buffer = std::make_shared<BatchBuffer>(shared_, *buffer);
-        slot.batch = b;
+        slot.batch = seq;
         slot.count = BatchCount(b);
         slot.remaining = slot.count;
         slot.valid.assign(slot.count, 1);
@@ -506,9 +538,8 @@ class Loader::Impl {
         ++cursor_batch_;
         cursor_offset_ = 0;
       }
-      indices.assign(order_.begin() + b * options_.batch_size + begin,
-                     order_.begin() + b * options_.batch_size + end);
-      const uint64_t epoch = epoch_;
+      indices.assign(order.begin() + b * options_.batch_size + begin,
+                     order.begin() + b * options_.batch_size + end);
       std::byte* data = slot.buffer->data();
       ++busy_;
       lock.unlock();
@@ -586,13 +617,19 @@ class Loader::Impl {
 
   // Guarded by shared_->mu.
   std::vector<Slot> slots_;
-  std::vector<uint64_t> order_;        // this rank's record indices for epoch_
+  std::vector<uint64_t> order_;       // this rank's record indices for epoch_
+  std::vector<uint64_t> next_order_;  // ... for epoch_ + 1, once a worker reads ahead
+  bool next_order_ready_ = false;
   std::vector<uint8_t> finish_valid_;  // consumer's copy of a batch's valid flags
   int busy_ = 0;                       // workers processing a claimed chunk
   bool pausing_ = false;               // an epoch reset waits for busy_ == 0
   uint64_t epoch_ = 0;
-  uint64_t delivered_ = 0;  // batches of epoch_ handed to the consumer
-  uint64_t cursor_batch_ = 0, cursor_offset_ = 0;
+  // Batches are numbered in one sequence across epochs, so that the workers
+  // can go on into the next epoch before the consumer asks for it; base_ is
+  // the number of batch 0 of epoch_.
+  uint64_t base_ = 0;
+  uint64_t delivered_ = 0;                         // batches of epoch_ handed to the consumer
+  uint64_t cursor_batch_ = 0, cursor_offset_ = 0;  // cursor_batch_: a sequence number
   uint64_t batches_delivered_ = 0;
   uint64_t wait_ns_ = 0;
   LoaderStats stats_;

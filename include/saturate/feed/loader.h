@@ -1,7 +1,10 @@
 // Loader: the training input pipeline. Reads records of a saturate dataset,
 // decodes and augments them on a pool of threads that write each sample
 // straight into its slot of a batch buffer, and hands out whole batches in
-// order, `prefetch` batches ahead of the consumer.
+// order, `prefetch` batches ahead of the consumer. Near an epoch's end the
+// workers go on into the next epoch (epoch + 1, from its first batch), so
+// that SetEpoch(epoch + 1) after the end finds its first batches ready, as
+// the middle of an epoch does; any other SetEpoch() or Restore() discards them.
 //
 //   sampler (seed, epoch, rank) -> record reads (mmap) -> decode + augment
 //   (threads, into the batch slot) -> ordered batches -> consumer
@@ -216,7 +219,8 @@ class BatchSource {
   // Lets a caller block in short slices, e.g. to notice Ctrl-C in Python.
   // The time waited counts in stats().wait_ns like Next()'s.
   virtual bool WaitForNext(std::chrono::nanoseconds timeout) = 0;
-  // Starts epoch `epoch` from its first batch (discarding work in flight).
+  // Starts epoch `epoch` from its first batch. Batches made ahead are kept
+  // when `epoch` follows the one just finished, else discarded.
   virtual Status SetEpoch(uint64_t epoch) = 0;
 
   virtual LoaderState state() const = 0;
