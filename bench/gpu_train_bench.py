@@ -286,6 +286,16 @@ def sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
+def wait_percentiles_ms(waits: list[float]) -> Result:
+    """p50, p99 and max of the per-step waits for a batch, in ms: a few long waits
+    (an epoch's start, say) and a steady trickle cost the same data wait %."""
+    if not waits:
+        return {}
+    w = sorted(waits)
+    at = lambda q: round(1e3 * w[min(len(w) - 1, int(q * len(w)))], 3)  # noqa: E731
+    return {"p50": at(0.5), "p99": at(0.99), "max": round(1e3 * w[-1], 3)}
+
+
 def describe(x: torch.Tensor, y: torch.Tensor) -> Result:
     """What a feed delivered (its first batch after the feed's own conversions)."""
     return {"image_shape": list(x.shape), "image_dtype": str(x.dtype).replace("torch.", ""),
@@ -310,12 +320,12 @@ def measure(name: str, batches: Iterator[Batch], args: argparse.Namespace, num_c
         mon.window_start()
         t0 = time.perf_counter()
         steps = images = 0
-        wait = 0.0
+        waits: list[float] = []
         loss = None
         while True:
             a = time.perf_counter()
             x, y = next(batches)
-            wait += time.perf_counter() - a
+            waits.append(time.perf_counter() - a)
             if not first:
                 first = describe(x, y)
             loss = trainer.step(x, y)
@@ -328,7 +338,9 @@ def measure(name: str, batches: Iterator[Batch], args: argparse.Namespace, num_c
         elapsed = time.perf_counter() - t0
         mon.window_end()
     r: Result = {"feed": name, "images_per_s": images / elapsed, "steps": steps, "images": images,
-                 "seconds": round(elapsed, 3), "data_wait_pct": round(100.0 * wait / elapsed, 2),
+                 "seconds": round(elapsed, 3),
+                 "data_wait_pct": round(100.0 * sum(waits) / elapsed, 2),
+                 "data_wait_ms": wait_percentiles_ms(waits),
                  "loss": float(loss) if loss is not None else None, "delivered": first}
     r.update(mon.result())
     if dev.type == "cuda":
@@ -545,6 +557,11 @@ def pct(v: Optional[float]) -> str:
     return "n/a" if v is None else f"{v:.1f}"
 
 
+def p99(r: Result) -> str:
+    v = r.get("data_wait_ms", {}).get("p99")
+    return "n/a" if v is None else f"{v:.2f}"
+
+
 def report(res: Result) -> None:
     feeds = res["feeds"]
     ceiling = feeds.get("synthetic", {}).get("images_per_s")
@@ -553,7 +570,7 @@ def report(res: Result) -> None:
           f"{res['settings']['size']} px, AMP {res['settings']['amp']}, "
           f"on {res['machine'].get('gpu', 'CPU')} ({res['machine']['cores']} cores)")
     hdr = f"{'feed':<14} {'images/s':>9} {'/ceiling':>8} {'GPU busy %':>10} " \
-          f"{'data wait %':>11} {'host CPU %':>10} {'steps':>6}  setting"
+          f"{'data wait %':>11} {'wait p99 ms':>11} {'host CPU %':>10} {'steps':>6}  setting"
     print(hdr)
     print("-" * len(hdr))
     for name, r in feeds.items():
@@ -562,13 +579,14 @@ def report(res: Result) -> None:
             continue
         ratio = f"{r['images_per_s'] / ceiling:.3f}" if ceiling else "n/a"
         print(f"{name:<14} {r['images_per_s']:>9.1f} {ratio:>8} {pct(r.get('gpu_busy_pct')):>10} "
-              f"{pct(r['data_wait_pct']):>11} {pct(r.get('host_cpu_pct')):>10} {r['steps']:>6}  "
+              f"{pct(r['data_wait_pct']):>11} {p99(r):>11} {pct(r.get('host_cpu_pct')):>10} "
+              f"{r['steps']:>6}  "
               f"{r.get('setting', '')}")
         for s in r.get("sweep", []):
             print(f"  {'sweep':<12} {s['images_per_s']:>9.1f} "
                   f"{(s['images_per_s'] / ceiling if ceiling else 0):>8.3f} "
                   f"{pct(s.get('gpu_busy_pct')):>10} {pct(s['data_wait_pct']):>11} "
-                  f"{pct(s.get('host_cpu_pct')):>10} {s['steps']:>6}  num_workers={s['num_workers']}")
+                  f"{p99(s):>11} {pct(s.get('host_cpu_pct')):>10} {s['steps']:>6}  num_workers={s['num_workers']}")
     for name, why in res["skipped"].items():
         print(f"{name:<14} skipped: {why}")
     if res["ratios"]:

@@ -25,14 +25,17 @@
 #               wallpapers)
 #   pack        (e) saturate pack folder -> a .sat dataset
 #   feed        saturate bench feed --device cuda vs --device cpu: the pipeline alone, no model
-#   train       (f) bench/gpu_train_bench.py: ResNet-50 fed by saturate, DataLoader and
-#               GPU-resident synthetic data -> train_bench.json
+#   train       (f) bench/gpu_train_bench.py: ResNet-50 with bf16 autocast fed by saturate,
+#               DataLoader and GPU-resident synthetic data -> train_bench.json
+#   train-fp16  (f) the same with fp16 autocast + GradScaler, synthetic and saturate only:
+#               GradScaler reads found_inf on the host every step (a sync that idles the
+#               GPU while the host prepares the next step) -> train_bench_fp16.json
 # --dry-run runs (a)-(d) only as far as a machine without a GPU can (listing the GPU tests,
 # checking the programs were built), makes 200 photos and runs the training bench --smoke.
 #
 # Output: $OUT (the device tool's folder) or runs/gpu (runs/gpu-dry): run.log (everything),
-# summary.txt, h2d.json, train_bench.json, logs.tar.gz (one log per step, CTest's log) --
-# five files, under the device tool's limit of eight.
+# summary.txt, h2d.json, train_bench.json, train_bench_fp16.json, logs.tar.gz (one log per
+# step, CTest's log) -- six files, under the device tool's limit of eight.
 #
 # usage: bash bench/gpu/run.sh [--dry-run] [--help]
 # environment:
@@ -42,6 +45,8 @@
 #                 the training bench gets what the earlier steps left
 #   SATDEPS       where to unpack the .debs (default /tmp/satdeps; --dry-run /tmp/satdeps-dry)
 #   BUILD         the build folder (default build/gpu; --dry-run build/gpu-dry)
+#   TRAIN_ARGS    more arguments for the training bench, after run.sh's own (which they
+#                 override), e.g. "--amp bf16"; split on spaces
 # (The step functions are called through run_step, which shellcheck cannot follow.)
 # shellcheck disable=SC2317
 set -euo pipefail
@@ -447,27 +452,47 @@ step_feed() {
   done
 }
 
-step_train() {
-  use_prefix
-  local feeds=synthetic
-  ok photos && feeds+=,dataloader
-  if ok pack; then
-    feeds+=,saturate
-    export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
-  fi
-  local args=(--json "$out/train_bench.json" --dataset "$data/photos-train.sat"
+# train_bench JSON AMP FEEDS SECONDS: the training bench on the photo set.
+train_bench() {
+  local json=$1 amp=$2 feeds=$3 t=$4
+  local args=(--json "$out/$json" --dataset "$data/photos-train.sat" --amp "$amp"
               --images-root "$data/photos/train")
   if ((dry)); then
-    ok pack && feeds+=,saturate-host  # the saturate code path that runs on a CPU
     "$py" "$root/bench/gpu_train_bench.py" --smoke --feeds "$feeds" "${args[@]}"
     return
   fi
-  local t
-  t=$(($(left) - 15))
-  ((t >= 90)) || t=90
-  echo "feeds: $feeds; time left: ${t}s"
+  local extra=()
+  read -r -a extra <<<"${TRAIN_ARGS:-}"
+  echo "feeds: $feeds; AMP $amp; time: ${t}s"
   timeout --kill-after=10 "$t" "$py" "$root/bench/gpu_train_bench.py" --feeds "$feeds" \
-    --budget $((t - 10)) --workers "8,12,16" "${args[@]}"
+    --budget $((t - 10)) --workers "8,12,16" "${args[@]}" "${extra[@]}"
+}
+
+feeds_for_train() {  # the feeds the earlier steps made possible (and FEEDS allows)
+  local feeds=synthetic
+  ok photos && feeds+=,dataloader
+  ok pack && feeds+=,saturate
+  ((dry)) && ok pack && feeds+=,saturate-host  # the saturate code path that runs on a CPU
+  echo "$feeds"
+}
+
+fp16_seconds=110  # what train-fp16 needs: two feeds of ~25 s, model builds, warmups
+
+step_train() {
+  use_prefix
+  ok pack && export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+  local t=$(($(left) - 15 - fp16_seconds))
+  ((t >= 90)) || t=90
+  train_bench train_bench.json bf16 "$(feeds_for_train)" "$t"
+}
+
+step_train_fp16() {
+  use_prefix
+  export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+  local t=$(($(left) - 10))
+  ((t <= fp16_seconds)) || t=$fp16_seconds
+  ((t >= 60)) || skip "no time left of RUN_BUDGET"
+  train_bench train_bench_fp16.json fp16 synthetic,saturate "$t"
 }
 
 # ------------------------------------------------------------------------------- run
@@ -489,6 +514,7 @@ needs photos deps && run_step photos 1 step_photos
 needs pack build photos && run_step pack 1 step_pack
 needs feed pack && run_step feed 1 step_feed
 run_step train 1 step_train
+needs train-fp16 pack && run_step train-fp16 1 step_train_fp16
 
 # ---------------------------------------------------------------------------- summary
 

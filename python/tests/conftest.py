@@ -79,8 +79,8 @@ def pytest_collection_modifyitems(config, items):
 
 def epoch_samples_and_stats(loader, field="image"):
     """(samples seen, loader.stats()) over one epoch, with the stats read at its
-    last batch: once the loop ends the loader moves on to the next epoch, and
-    its workers start on it."""
+    last batch. The workers may have started on the next epoch by then (they read
+    up to ``prefetch`` batches ahead across the boundary)."""
     n, stats = 0, None
     for i, batch in enumerate(loader):
         n += batch[field].shape[0]

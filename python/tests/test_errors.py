@@ -56,7 +56,8 @@ def test_corrupt_record_raises_with_context_or_is_skipped(photos, tmp_path):
     loader = saturate.Loader(bad, 4, shuffle=False, skip_bad=True,
                              transforms={"image": [T.CenterCrop(16)]})
     n, stats = epoch_samples_and_stats(loader)
-    assert stats["skipped"] >= 1 and n == 36 - stats["skipped"]
+    # One bad record: skipped in epoch 0, and again if the workers have read that far ahead.
+    assert n == 35 and 1 <= stats["skipped"] <= 2
 
 
 def test_ctrl_c_during_iteration_stops_promptly(tmp_path):

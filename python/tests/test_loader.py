@@ -155,7 +155,9 @@ def test_jax_outputs_match_torch(photos):
 def test_stats_count_the_stages(photos):
     loader = saturate.Loader(photos, 6, transforms={"image": TRAIN})
     n, stats = epoch_samples_and_stats(loader)
-    assert stats["samples"] == n == 36
+    assert n == 36
+    # The workers may be up to `prefetch` batches into the next epoch already.
+    assert n <= stats["samples"] <= n + stats["prefetch"] * 6
     assert stats["decode_ns"] > 0 and stats["batches_delivered"] == len(loader)
     assert stats["threads"] >= 1 and stats["prefetch"] >= 1
 
