@@ -11,8 +11,10 @@ The same model, optimizer, precision and step run with each feed in turn (issue 
   dataloader  torchvision ImageFolder over the same JPEG files + torch.utils.data.DataLoader
               (pin_memory=True, .cuda(non_blocking=True)), the usual recipe:
               RandomResizedCrop + RandomHorizontalFlip + ToTensor + Normalize on the CPU
-              workers (--dl-normalize gpu moves ToTensor/Normalize to the GPU instead).
-              num_workers is swept over --workers and the best is measured for --seconds.
+              workers. num_workers is swept over --workers and the best is measured for
+              --seconds.
+  dataloader-gpu  (only when asked for) the same with PILToTensor on the workers: uint8
+              over PCIe, float16 + Normalize on the GPU (the tuned recipe, as saturate's).
   saturate-host  (only when asked for) saturate's CPU path (HWC float16 batches in host
               memory) with a plain .to("cuda"): what the device path saves.
 
@@ -71,7 +73,8 @@ else:
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-FEEDS = ("synthetic", "saturate", "dataloader", "saturate-host")
+FEEDS = ("synthetic", "saturate", "dataloader", "dataloader-gpu", "saturate-host")
+DATALOADERS = ("dataloader", "dataloader-gpu")
 Batch = tuple[torch.Tensor, torch.Tensor]
 Result = dict[str, Any]
 
@@ -422,9 +425,10 @@ class SaturateFeed:
 class TorchFeed:
     """ImageFolder + DataLoader batches as (x, y) on the device."""
 
-    def __init__(self, args: argparse.Namespace, dev: torch.device, workers: int):
+    def __init__(self, args: argparse.Namespace, dev: torch.device, workers: int,
+                 normalize: str):
         head = [TV.RandomResizedCrop(args.size), TV.RandomHorizontalFlip()]
-        if args.dl_normalize == "cpu":
+        if normalize == "cpu":
             tail = [TV.ToTensor(), TV.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
         else:
             tail = [TV.PILToTensor()]
@@ -437,8 +441,8 @@ class TorchFeed:
         self.loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler,
                                  num_workers=workers, pin_memory=cuda, drop_last=True,
                                  generator=torch.Generator().manual_seed(args.seed))
-        self.dev, self.workers, self.normalize = dev, workers, args.dl_normalize
-        if args.dl_normalize == "gpu":
+        self.dev, self.workers, self.normalize = dev, workers, normalize
+        if normalize == "gpu":
             dtype = torch.float16 if cuda else torch.float32
             self.mean = torch.tensor(IMAGENET_MEAN, device=dev, dtype=dtype).view(1, 3, 1, 1) * 255
             self.std = torch.tensor(IMAGENET_STD, device=dev, dtype=dtype).view(1, 3, 1, 1) * 255
@@ -467,7 +471,8 @@ class TorchFeed:
 
 def plan_seconds(args: argparse.Namespace, feeds: list[str]) -> tuple[float, float]:
     """(--seconds, --sweep-seconds), shrunk to fit --budget when one is given."""
-    sweep = len(args.workers) if "dataloader" in feeds and len(args.workers) > 1 else 0
+    loaders = sum(f in DATALOADERS for f in feeds)
+    sweep = loaders * len(args.workers) if len(args.workers) > 1 else 0
     seconds = args.seconds
     if args.budget:
         runs = len(feeds) + sweep
@@ -522,12 +527,13 @@ def run_feed(name: str, args: argparse.Namespace, num_classes: int, dev: torch.d
         del feed  # the loader's threads stop before the next feed's measurement starts
         gc.collect()
         return r
-    # dataloader: sweep num_workers, then measure the best for --seconds
+    # dataloader(-gpu): sweep num_workers, then measure the best for --seconds
+    normalize = "gpu" if name == "dataloader-gpu" else "cpu"
     sweep: list[Result] = []
     if len(args.workers) > 1:
         for w in args.workers:
             log(f"   DataLoader num_workers={w} ({sweep_seconds:.0f} s)")
-            feed = TorchFeed(args, dev, w)
+            feed = TorchFeed(args, dev, w, normalize)
             try:
                 s = measure(f"{name} num_workers={w}", feed, args, num_classes, dev,
                             sweep_seconds)
@@ -539,7 +545,7 @@ def run_feed(name: str, args: argparse.Namespace, num_classes: int, dev: torch.d
     else:
         best = args.workers[0]
     log(f"   DataLoader num_workers={best}: the measurement")
-    feed = TorchFeed(args, dev, best)
+    feed = TorchFeed(args, dev, best, normalize)
     try:
         r = measure(name, feed, args, num_classes, dev, seconds)
     finally:
@@ -548,7 +554,7 @@ def run_feed(name: str, args: argparse.Namespace, num_classes: int, dev: torch.d
     r["num_workers"] = best
     r["setting"] = (f"num_workers={best}" + (" (best of " + ",".join(map(str, args.workers))
                                               + ")" if sweep else "")
-                    + f", normalize on {args.dl_normalize.upper()}")
+                    + f", normalize on {normalize.upper()}")
     r["sweep"] = sweep
     return r
 
@@ -601,12 +607,13 @@ def summarize(res: Result) -> None:
     ratios: dict[str, float] = {}
     bars: list[Result] = []
     ceiling = ok.get("synthetic", {}).get("images_per_s")
-    for name in ("saturate", "dataloader", "saturate-host"):
+    for name in ("saturate", *DATALOADERS, "saturate-host"):
         if ceiling and name in ok:
             ratios[f"{name}/ceiling"] = ok[name]["images_per_s"] / ceiling
-    if "saturate" in ok and "dataloader" in ok:
-        ratios["saturate/dataloader"] = (ok["saturate"]["images_per_s"]
-                                         / ok["dataloader"]["images_per_s"])
+    for name in DATALOADERS:
+        if "saturate" in ok and name in ok:
+            ratios[f"saturate/{name}"] = (ok["saturate"]["images_per_s"]
+                                          / ok[name]["images_per_s"])
     if "saturate/ceiling" in ratios:
         r = ratios["saturate/ceiling"]
         busy = ok["saturate"].get("gpu_busy_pct")
@@ -649,9 +656,6 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "(default: 8,12,16; --smoke: 2)")
     ap.add_argument("--sweep-seconds", type=float, default=0.0,
                     help="timed seconds per swept num_workers (default: --seconds / 3)")
-    ap.add_argument("--dl-normalize", choices=("cpu", "gpu"), default="cpu",
-                    help="DataLoader: ToTensor+Normalize on the CPU workers (the usual), or "
-                         "uint8 to the GPU and normalize there (default: %(default)s)")
     ap.add_argument("--threads", default="auto", help="saturate threads (default: %(default)s)")
     ap.add_argument("--budget", type=float, default=0.0,
                     help="seconds the whole run may take: shrinks --seconds to fit")
@@ -693,7 +697,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             skipped[f] = f"saturate is not importable: {SATURATE_IMPORT_ERROR}"
         elif f in ("saturate", "saturate-host") and not args.dataset:
             skipped[f] = "no --dataset"
-        elif f == "dataloader" and not args.images_root:
+        elif f in DATALOADERS and not args.images_root:
             skipped[f] = "no --images-root"
         else:
             runnable.append(f)
@@ -712,7 +716,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         + (f" or {args.steps} steps" if args.steps < 10**9 else "")
         + f" each after {args.warmup} warmup steps"
         + (f" (DataLoader sweep {sweep_seconds:.0f} s per num_workers in {args.workers})"
-           if "dataloader" in runnable and len(args.workers) > 1 else ""))
+           if set(DATALOADERS) & set(runnable) and len(args.workers) > 1 else ""))
 
     res: Result = {"date_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                    "machine": machine_info(dev), "settings": settings, "feeds": {},

@@ -26,10 +26,13 @@
 #   pack        (e) saturate pack folder -> a .sat dataset
 #   feed        saturate bench feed --device cuda vs --device cpu: the pipeline alone, no model
 #   train       (f) bench/gpu_train_bench.py: ResNet-50 with bf16 autocast fed by saturate,
-#               DataLoader and GPU-resident synthetic data -> train_bench.json
+#               DataLoader (normalizing on the CPU workers, and on the GPU) and GPU-resident
+#               synthetic data -> train_bench.json
 #   train-fp16  (f) the same with fp16 autocast + GradScaler, synthetic and saturate only:
 #               GradScaler reads found_inf on the host every step (a sync that idles the
 #               GPU while the host prepares the next step) -> train_bench_fp16.json
+#   example     examples/train_resnet18_photos.py as a user runs it (device="cuda" when
+#               torch sees a GPU), 100 steps on the photo set
 # --dry-run runs (a)-(d) only as far as a machine without a GPU can (listing the GPU tests,
 # checking the programs were built), makes 200 photos and runs the training bench --smoke.
 #
@@ -470,18 +473,19 @@ train_bench() {
 
 feeds_for_train() {  # the feeds the earlier steps made possible (and FEEDS allows)
   local feeds=synthetic
-  ok photos && feeds+=,dataloader
+  ok photos && feeds+=,dataloader,dataloader-gpu
   ok pack && feeds+=,saturate
   ((dry)) && ok pack && feeds+=,saturate-host  # the saturate code path that runs on a CPU
   echo "$feeds"
 }
 
-fp16_seconds=110  # what train-fp16 needs: two feeds of ~25 s, model builds, warmups
+fp16_seconds=110    # what train-fp16 needs: two feeds of ~25 s, model builds, warmups
+example_seconds=50  # the example: 100 steps of ResNet-18, imports, cuDNN autotuning
 
 step_train() {
   use_prefix
   ok pack && export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
-  local t=$(($(left) - 15 - fp16_seconds))
+  local t=$(($(left) - 15 - fp16_seconds - example_seconds))
   ((t >= 90)) || t=90
   train_bench train_bench.json bf16 "$(feeds_for_train)" "$t"
 }
@@ -489,10 +493,19 @@ step_train() {
 step_train_fp16() {
   use_prefix
   export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
-  local t=$(($(left) - 10))
+  local t=$(($(left) - 10 - example_seconds))
   ((t <= fp16_seconds)) || t=$fp16_seconds
   ((t >= 60)) || skip "no time left of RUN_BUDGET"
   train_bench train_bench_fp16.json fp16 synthetic,saturate "$t"
+}
+
+step_example() {
+  use_prefix
+  export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+  local args=(--data "$data" --max-steps 100 --warmup 5)
+  ((dry)) && args=(--data "$data" --max-steps 3 --warmup 1 --image-size 64)
+  timeout --kill-after=10 $((example_seconds + 30)) "$py" \
+    "$root/examples/train_resnet18_photos.py" "${args[@]}"
 }
 
 # ------------------------------------------------------------------------------- run
@@ -515,6 +528,7 @@ needs pack build photos && run_step pack 1 step_pack
 needs feed pack && run_step feed 1 step_feed
 run_step train 1 step_train
 needs train-fp16 pack && run_step train-fp16 1 step_train_fp16
+needs example pack && run_step example 1 step_example
 
 # ---------------------------------------------------------------------------- summary
 
