@@ -48,6 +48,8 @@
 #                 the training bench gets what the earlier steps left
 #   SATDEPS       where to unpack the .debs (default /tmp/satdeps; --dry-run /tmp/satdeps-dry)
 #   BUILD         the build folder (default build/gpu; --dry-run build/gpu-dry)
+#   UNTIL         stop after this step (e.g. pack: build, test and make the data, then a
+#                 command of your own can use them); the later steps are reported skipped
 #   TRAIN_ARGS    more arguments for the training bench, after run.sh's own (which they
 #                 override), e.g. "--amp bf16"; split on spaces
 # (The step functions are called through run_step, which shellcheck cannot follow.)
@@ -114,9 +116,16 @@ declare -A status_of=()
 # run_step NAME VERBOSE FUNCTION [ARGS]: runs FUNCTION in a subshell with errexit, its output
 # in logs/NAME.log (and on the terminal when VERBOSE=1, else the log's tail on failure).
 # Exit 0 = ok, 77 = skipped (the step says why on its last line), else failed.
+stopped=0  # set once the step named by UNTIL has run
+
 run_step() {
   local name=$1 verbose=$2 rc t0 t1 note=""
   shift 2
+  if ((stopped)); then
+    record "$name" skip 0.0 "after UNTIL=$UNTIL"
+    return
+  fi
+  [[ $name == "${UNTIL:-}" ]] && stopped=1
   local log=$logs/$name.log
   printf '\n==> [%s] %s\n' "$name" "$(date -u +%H:%M:%S)"
   t0=$(date +%s.%N)

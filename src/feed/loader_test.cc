@@ -313,7 +313,9 @@ TEST(LoaderTest, CorruptRecordFailsItsBatchWithContextOrIsSkipped) {
     for (int64_t l : Labels(*b)) EXPECT_NE(l, 13);
   }
   EXPECT_EQ(samples, 19u);
-  EXPECT_EQ(skipping->stats().skipped, 1u);
+  // Skipped in epoch 0, and again if the workers have read that far into epoch 1.
+  EXPECT_GE(skipping->stats().skipped, 1u);
+  EXPECT_LE(skipping->stats().skipped, 2u);
 }
 
 // Counts live buffers, to check the pool bound.
