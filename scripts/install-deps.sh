@@ -10,8 +10,8 @@ packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git
   clang libclang-rt-14-dev clang-format
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  # tests and benchmarks (gdb: a hung test's child is reported with its stacks)
+  libgtest-dev libgmock-dev libbenchmark-dev gdb
   # libraries
   libjpeg62-turbo-dev libpng-dev zlib1g-dev libxxhash-dev
   libcli11-dev nlohmann-json3-dev libcpp-httplib-dev

@@ -1,6 +1,7 @@
 """Errors: one exception type per engine status, with the engine's message; Ctrl-C."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -60,10 +61,25 @@ def test_corrupt_record_raises_with_context_or_is_skipped(photos, tmp_path):
     assert n == 35 and 1 <= stats["skipped"] <= 2
 
 
+def hang_report(proc):
+    """Native stacks of a hung child's threads (gdb, when installed) and its Python
+    stacks (faulthandler, registered on SIGUSR1 by the child); kills the child."""
+    report = ""
+    if shutil.which("gdb"):
+        report = subprocess.run(["gdb", "-p", str(proc.pid), "-batch", "-ex", "thread apply all bt 25"],
+                                capture_output=True, text=True, timeout=120).stdout
+    proc.send_signal(signal.SIGUSR1)
+    time.sleep(1.0)
+    proc.kill()
+    _, err = proc.communicate()
+    return report + "\n" + err
+
+
 def test_ctrl_c_during_iteration_stops_promptly(tmp_path):
     script = tmp_path / "slow.py"
     script.write_text(f"""
-import sys; sys.path.insert(0, {HERE!r})
+import faulthandler, signal, sys; sys.path.insert(0, {HERE!r})
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's hang report
 from conftest import make_photo_folder
 import saturate
 make_photo_folder({str(tmp_path / 'f')!r}, per_class=40, classes=1)
@@ -83,7 +99,10 @@ for epoch in range(1000):
     time.sleep(1.0)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("no exit 30 s after SIGINT; the child's stacks:\n" + hang_report(proc))
     assert time.monotonic() - sent < 5
     assert "KeyboardInterrupt" in err
     # Python exits by SIGINT after an uncaught KeyboardInterrupt: not a crash, not a hang.
