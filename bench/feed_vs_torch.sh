@@ -74,16 +74,14 @@ sat=$build/tools/saturate/saturate
 echo "== datasets ($data)"
 mkdir -p "$data"
 photos=$data/photos
-repack=0
 have=$(find "$photos/train" -name '*.jpg' 2>/dev/null | wc -l)
 if [[ $have != "$photos_count" ]]; then
   echo "making $photos_count photos in $photos (found $have)"
   "$root/scripts/make-photo-dataset" "$photos" --train "$photos_count" --val 0 --force
-  repack=1
 fi
-if [[ $repack == 1 ]] || ! "$sat" inspect "$data/photos.sat" >/dev/null 2>&1; then
-  "$sat" pack folder "$photos/train" "$data/photos.sat" --force -q
-fi
+# Packed on every run (a few seconds), so the dataset is in this build's
+# format: JPEGs restart-marked for the loader's cut decode (pack --help).
+"$sat" pack folder "$photos/train" "$data/photos.sat" --force -q
 if ! "$sat" inspect "$data/fmnist.sat" >/dev/null 2>&1; then
   "$sat" pack idx "$fmnist_dir/train-images-idx3-ubyte.gz" "$fmnist_dir/train-labels-idx1-ubyte.gz" \
     "$data/fmnist.sat" --class-names "$fmnist_classes" --force -q

@@ -1,10 +1,31 @@
 // libFuzzer target: arbitrary bytes through the image probe, validation and
-// decode that pack and inspect run on untrusted files.
+// decode that pack and inspect run on untrusted files, and through the
+// loader's crop decode. A crop decode of the input and of its restart-marked
+// copy (AddJpegRestartMarkers, which the loader cuts to the crop's MCUs)
+// must give the same bytes.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "image/codec.h"
+#include "image/transform.h"
+
+namespace {
+
+using saturate::image::CropRect;
+using saturate::image::DecodeCropResize;
+using saturate::image::DecodeScratch;
+
+// A crop chosen from the input's last bytes, always inside the image.
+CropRect CropFor(const uint8_t* data, size_t size, int w, int h) {
+  auto byte = [&](size_t k) { return size > k ? data[size - 1 - k] : uint8_t{0}; };
+  const int cw = 1 + byte(0) * (w - 1) / 255, ch = 1 + byte(1) * (h - 1) / 255;
+  return CropRect{byte(2) * (w - cw) / 255, byte(3) * (h - ch) / 255, cw, ch};
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto bytes = std::as_bytes(std::span(data, size));
@@ -14,5 +35,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   saturate::image::ImageInfo info;
   auto rgb = saturate::image::DecodeRgb(bytes, &info);
   if (rgb.ok() && rgb->size() != size_t(info.width) * info.height * 3) __builtin_trap();
+
+  const CropRect crop = CropFor(data, size, probe->width, probe->height);
+  const int shrink = 1 + (size > 4 ? data[size - 5] % 4 : 0);  // DCT scales 8/8 to 2/8
+  const int out_w = std::max(1, crop.width / shrink), out_h = std::max(1, crop.height / shrink);
+  std::vector<uint8_t> direct(size_t(out_w) * out_h * 3), marked(direct.size());
+  DecodeScratch scratch;
+  const bool direct_ok =
+      DecodeCropResize(bytes, crop, out_w, out_h, false, direct.data(), &scratch).ok();
+  auto copy = saturate::image::AddJpegRestartMarkers(bytes);
+  if (!copy.ok() || !direct_ok) return 0;
+  if (!DecodeCropResize(*copy, crop, out_w, out_h, false, marked.data(), &scratch).ok() ||
+      marked != direct) {
+    __builtin_trap();
+  }
   return 0;
 }

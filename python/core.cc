@@ -272,7 +272,8 @@ nb::dict RunPack(Fn&& fn) {
 }
 
 pack::PackOptions MakePackOptions(uint64_t shard_bytes, int threads, bool force, bool skip_bad,
-                                  int reencode_max_side, int reencode_quality) {
+                                  int reencode_max_side, int reencode_quality,
+                                  bool keep_jpeg_bytes) {
   pack::PackOptions o;
   o.shard_bytes = shard_bytes;
   o.threads = threads;
@@ -280,6 +281,7 @@ pack::PackOptions MakePackOptions(uint64_t shard_bytes, int threads, bool force,
   o.skip_bad = skip_bad;
   o.reencode_max_side = reencode_max_side;
   o.reencode_quality = reencode_quality;
+  o.keep_jpeg_bytes = keep_jpeg_bytes;
   return o;
 }
 
@@ -507,31 +509,32 @@ NB_MODULE(_core, m) {
   m.def(
       "pack_folder",
       [](const std::string& root, const std::string& out, uint64_t shard_bytes, int threads,
-         bool force, bool skip_bad, int reencode_max_side, int reencode_quality) {
+         bool force, bool skip_bad, int reencode_max_side, int reencode_quality,
+         bool keep_jpeg_bytes) {
         pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, skip_bad,
-                                              reencode_max_side, reencode_quality);
+                                              reencode_max_side, reencode_quality, keep_jpeg_bytes);
         return RunPack([&] { return pack::PackImageFolder(root, out, o); });
       },
       "root"_a, "out"_a, "shard_bytes"_a, "threads"_a, "force"_a, "skip_bad"_a,
-      "reencode_max_side"_a, "reencode_quality"_a);
+      "reencode_max_side"_a, "reencode_quality"_a, "keep_jpeg_bytes"_a);
   m.def(
       "pack_table",
       [](const std::string& table, const std::string& path_column, const std::string& label_column,
          const std::string& out, uint64_t shard_bytes, int threads, bool force, bool skip_bad,
-         int reencode_max_side, int reencode_quality) {
+         int reencode_max_side, int reencode_quality, bool keep_jpeg_bytes) {
         pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, skip_bad,
-                                              reencode_max_side, reencode_quality);
+                                              reencode_max_side, reencode_quality, keep_jpeg_bytes);
         pack::TableSpec spec{path_column, label_column};
         return RunPack([&] { return pack::PackTable(table, spec, out, o); });
       },
       "table"_a, "path_column"_a, "label_column"_a, "out"_a, "shard_bytes"_a, "threads"_a,
-      "force"_a, "skip_bad"_a, "reencode_max_side"_a, "reencode_quality"_a);
+      "force"_a, "skip_bad"_a, "reencode_max_side"_a, "reencode_quality"_a, "keep_jpeg_bytes"_a);
   m.def(
       "pack_idx",
       [](const std::string& images, const std::string& labels,
          const std::vector<std::string>& class_names, const std::string& out, uint64_t shard_bytes,
          int threads, bool force) {
-        pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, false, 0, 90);
+        pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, false, 0, 90, false);
         pack::IdxSpec spec{images, labels, class_names};
         return RunPack([&] { return pack::PackIdx(spec, out, o); });
       },

@@ -20,6 +20,25 @@ def test_pack_folder_then_verify(tmp_path):
     assert saturate.pack(tmp_path / "f", tmp_path / "d.sat", force=True)["records"] == 8
 
 
+def test_restart_marked_jpegs_give_the_loader_the_same_batches(tmp_path):
+    # Default pack rewrites JPEGs with restart markers (the loader then decodes only the
+    # MCUs around each crop); keep_jpeg_bytes stores the files as given. Same batches.
+    make_photo_folder(str(tmp_path / "f"), per_class=12, classes=2)
+    marked = saturate.pack(tmp_path / "f", tmp_path / "marked.sat")
+    kept = saturate.pack(tmp_path / "f", tmp_path / "kept.sat", keep_jpeg_bytes=True)
+    assert marked["bytes"] != kept["bytes"]
+
+    def batches(dataset):
+        loader = saturate.Loader(dataset, 8, seed=3, framework="numpy", threads=2,
+                                 transforms={"image": "crop=random,size=40,flip=0.5"})
+        return [b["image"].copy() for _ in range(2) for b in loader]
+
+    want, got = batches(tmp_path / "kept.sat"), batches(tmp_path / "marked.sat")
+    assert len(want) == len(got) == 6
+    for w, g in zip(want, got):
+        assert (w == g).all()
+
+
 def test_verify_reports_a_flipped_byte(tmp_path):
     make_photo_folder(str(tmp_path / "f"), per_class=3, classes=1)
     saturate.pack(tmp_path / "f", tmp_path / "d.sat")

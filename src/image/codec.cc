@@ -340,6 +340,73 @@ Result<std::vector<std::byte>> EncodeJpeg(const uint8_t* rgb, int width, int hei
   return out;
 }
 
+namespace {
+
+// Whether a progressive JPEG's scans sent every coefficient to full
+// precision (libjpeg's coef_bits: -1 not sent, > 0 bits still to come).
+bool AllCoefficientsSent(const jpeg_decompress_struct& c) {
+  for (int ci = 0; ci < c.num_components; ++ci) {
+    for (int k = 0; k < DCTSIZE2; ++k) {
+      if (c.coef_bits[ci][k] != 0) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<std::vector<std::byte>> AddJpegRestartMarkers(std::span<const std::byte> jpeg) {
+  if (SniffFormat(jpeg) != ImageFormat::kJpeg) return UnknownFormat(jpeg);
+  JpegDecompressor in(/*strict=*/true);
+  const auto* data = reinterpret_cast<const unsigned char*>(jpeg.data());
+  if (!Guarded(in.err, [&] {
+        jpeg_create_decompress(&in.cinfo);
+        jpeg_mem_src(&in.cinfo, data, jpeg.size());
+        jpeg_save_markers(&in.cinfo, JPEG_COM, 0xFFFF);
+        for (int m = 0; m < 16; ++m) jpeg_save_markers(&in.cinfo, JPEG_APP0 + m, 0xFFFF);
+        jpeg_read_header(&in.cinfo, TRUE);
+      })) {
+    return in.Error();
+  }
+  SATURATE_RETURN_IF_ERROR(CheckPixelCount({static_cast<int>(in.cinfo.image_width),
+                                            static_cast<int>(in.cinfo.image_height),
+                                            in.cinfo.num_components, ImageFormat::kJpeg}));
+  jvirt_barray_ptr* coefficients = nullptr;
+  if (!Guarded(in.err, [&] { coefficients = jpeg_read_coefficients(&in.cinfo); })) {
+    return in.Error();
+  }
+  if (in.cinfo.progressive_mode && !AllCoefficientsSent(in.cinfo)) {
+    return Status::Unimplemented(
+        "progressive JPEG without its refinement scans: libjpeg smooths the missing "
+        "coefficients, which a baseline copy cannot reproduce");
+  }
+  std::vector<std::byte> bytes(jpeg.size() + jpeg.size() / 8 + 4096);
+  VectorDest dest{{}, &bytes};
+  dest.pub.init_destination = VectorDestInit;
+  dest.pub.empty_output_buffer = VectorDestGrow;
+  dest.pub.term_destination = VectorDestTerm;
+  JpegCompressor out;
+  jpeg_compress_struct& c = out.cinfo;
+  if (!Guarded(out.err, [&] {
+        jpeg_create_compress(&c);
+        c.dest = &dest.pub;
+        jpeg_copy_critical_parameters(&in.cinfo, &c);
+        c.restart_interval = 1;  // one MCU per restart interval
+        c.optimize_coding = TRUE;
+        // The source's JFIF/Adobe markers are copied below with the others.
+        c.write_JFIF_header = FALSE;
+        c.write_Adobe_marker = FALSE;
+        jpeg_write_coefficients(&c, coefficients);
+        for (jpeg_saved_marker_ptr m = in.cinfo.marker_list; m != nullptr; m = m->next) {
+          jpeg_write_marker(&c, m->marker, m->data, m->data_length);
+        }
+        jpeg_finish_compress(&c);
+      })) {
+    return Status::Internal(std::string("JPEG restart markers: ") + out.err.message);
+  }
+  return bytes;
+}
+
 std::vector<uint8_t> ResizeRgb(const uint8_t* rgb, int width, int height, int out_width,
                                int out_height) {
   if (out_width == width && out_height == height) {

@@ -62,6 +62,18 @@ Result<std::vector<std::byte>> EncodeJpeg(const uint8_t* rgb, int width, int hei
 Result<std::vector<std::byte>> ReencodeJpeg(std::span<const std::byte> bytes, int max_side,
                                             int quality);
 
+// Losslessly rewrites a JPEG as a baseline JPEG with a restart marker after
+// every MCU and optimized Huffman tables (as `jpegtran -optimize -restart 1B`),
+// keeping its APPn and COM markers. The DCT coefficients are copied, so it
+// decodes to exactly the same pixels; DecodeCropResize (transform.h) then
+// entropy-decodes only the MCUs around a crop instead of every row above it.
+// Files grow by about 2.5 bytes per MCU less what the optimized tables save
+// (+5% on the benchmark photos). Errors: Corruption for a bad or non-JPEG
+// input, InvalidArgument for one over kMaxImagePixels, Unimplemented for a
+// progressive JPEG whose scans leave coefficients out (libjpeg smooths
+// those; a baseline copy would decode differently): store it as it is.
+Result<std::vector<std::byte>> AddJpegRestartMarkers(std::span<const std::byte> jpeg);
+
 // Area-averaging (box filter) resize of interleaved RGB8; meant for
 // shrinking. Exposed for tests and callers that already hold pixels.
 std::vector<uint8_t> ResizeRgb(const uint8_t* rgb, int width, int height, int out_width,

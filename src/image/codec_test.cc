@@ -4,6 +4,7 @@
 #include <jpeglib.h>
 #include <png.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>  // jpeglib.h needs FILE and size_t first.
 #include <cstdlib>
@@ -270,6 +271,57 @@ TEST_F(CodecTest, EncodeJpegRejectsBadArguments) {
   EXPECT_EQ(EncodeJpeg(nullptr, kW, kH, 90).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(EncodeJpeg(rgb_.data(), kW, kH, 101).status().code(), StatusCode::kInvalidArgument);
   SATURATE_EXPECT_OK(EncodeJpeg(rgb_.data(), 1, 1, 1).status());
+}
+
+// The restart-marked copy decodes to the same pixels, and is restart-marked.
+TEST_F(CodecTest, RestartMarkersAreLossless) {
+  std::vector<uint8_t> gray(size_t(kW) * kH), cmyk(size_t(kW) * kH * 4);
+  for (size_t i = 0; i < gray.size(); ++i) {
+    gray[i] = rgb_[3 * i + 1];
+    for (int c = 0; c < 4; ++c) cmyk[4 * i + c] = uint8_t(rgb_[3 * i + c % 3] ^ (c * 40));
+  }
+  const Bytes inputs[] = {
+      jpeg_,
+      EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, /*progressive=*/true),
+      EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, false, /*h_samp=*/1, /*v_samp=*/1),
+      EncodeJpegRaw(gray.data(), kW, kH, 1, JCS_GRAYSCALE),
+      EncodeJpegRaw(cmyk.data(), kW, kH, 4, JCS_CMYK),
+  };
+  for (const Bytes& in : inputs) {
+    SATURATE_ASSERT_OK_AND_ASSIGN(Bytes out, AddJpegRestartMarkers(in));
+    SATURATE_ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> want, DecodeRgb(in));
+    SATURATE_ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> got, DecodeRgb(out));
+    EXPECT_EQ(got, want);
+    // A DRI segment (FF DD, length 4) with an interval of 1 MCU.
+    const uint8_t dri[] = {0xFF, 0xDD, 0x00, 0x04, 0x00, 0x01};
+    EXPECT_NE(std::search(out.begin(), out.end(), reinterpret_cast<const std::byte*>(dri),
+                          reinterpret_cast<const std::byte*>(dri) + sizeof dri),
+              out.end());
+  }
+}
+
+TEST_F(CodecTest, RestartMarkersKeepMarkersAndRejectBadInput) {
+  // A COM marker inserted after SOI survives.
+  Bytes with_com(jpeg_.begin(), jpeg_.begin() + 2);
+  const char comment[] = "saturate-test";
+  const uint8_t head[] = {0xFF, 0xFE, 0x00, uint8_t(2 + sizeof comment - 1)};
+  for (uint8_t b : head) with_com.push_back(std::byte{b});
+  for (size_t i = 0; i + 1 < sizeof comment; ++i) with_com.push_back(std::byte(comment[i]));
+  with_com.insert(with_com.end(), jpeg_.begin() + 2, jpeg_.end());
+  SATURATE_ASSERT_OK_AND_ASSIGN(Bytes out, AddJpegRestartMarkers(with_com));
+  const std::string text(reinterpret_cast<const char*>(out.data()), out.size());
+  EXPECT_NE(text.find(comment), std::string::npos);
+
+  // Only the DC scan of a progressive file: libjpeg smooths the missing AC
+  // coefficients, which no baseline file can reproduce.
+  const Bytes dc_only = EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, true, 2, 2, /*max_scans=*/1);
+  SATURATE_EXPECT_OK(ValidateImage(dc_only).status());
+  EXPECT_EQ(AddJpegRestartMarkers(dc_only).status().code(), StatusCode::kUnimplemented);
+
+  EXPECT_EQ(AddJpegRestartMarkers(png_).status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(AddJpegRestartMarkers(Prefix(jpeg_, jpeg_.size() / 2)).status().code(),
+            StatusCode::kCorruption);
+  EXPECT_EQ(AddJpegRestartMarkers(Prefix(jpeg_, 40)).status().code(), StatusCode::kCorruption);
 }
 
 TEST(ResizeRgbTest, AveragesAreas) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -29,7 +30,7 @@ Bytes EncodePng(const uint8_t* px, int w, int h, png_uint_32 format) {
 }
 
 Bytes EncodeJpegRaw(const uint8_t* px, int w, int h, int components, J_COLOR_SPACE space,
-                    bool progressive) {
+                    bool progressive, int h_samp, int v_samp, int max_scans) {
   jpeg_compress_struct c{};
   jpeg_error_mgr err;
   c.err = jpeg_std_error(&err);
@@ -43,7 +44,12 @@ Bytes EncodeJpegRaw(const uint8_t* px, int w, int h, int components, J_COLOR_SPA
   c.in_color_space = space;
   jpeg_set_defaults(&c);
   jpeg_set_quality(&c, 95, TRUE);
+  if (c.jpeg_color_space == JCS_YCbCr) {
+    c.comp_info[0].h_samp_factor = h_samp;
+    c.comp_info[0].v_samp_factor = v_samp;
+  }
   if (progressive) jpeg_simple_progression(&c);
+  if (progressive && max_scans > 0) c.num_scans = std::min(c.num_scans, max_scans);
   jpeg_start_compress(&c, TRUE);
   while (c.next_scanline < c.image_height) {
     JSAMPROW row = const_cast<uint8_t*>(px + size_t(c.next_scanline) * w * components);

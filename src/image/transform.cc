@@ -10,6 +10,7 @@
 #include <csetjmp>
 #include <cstdio>  // jpeglib.h needs FILE and size_t first.
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,7 +86,13 @@ struct DecodeScratch::Impl {
   // Vertical-first: one row of horizontal pass output.
   std::vector<float> quad;
 
+  // Restart-indexed JPEGs: where each MCU's entropy-coded bytes start, and
+  // the smaller JPEG of the MCUs around the crop that is decoded instead.
+  std::vector<uint32_t> mcu_starts;
+  std::vector<uint8_t> roi_jpeg;
+
   bool only_fast_dct_scales = true;
+  bool last_used_restart_index = false;
   int last_dct_scale_eighths = 0;
   int last_decoded_width = 0;
   int last_decoded_height = 0;
@@ -606,6 +613,132 @@ void CmykRowToRgb(const uint8_t* cmyk, int n, bool inverted, uint8_t* rgb) {
   }
 }
 
+// A JPEG with a restart marker after every MCU (AddJpegRestartMarkers) can
+// be cut down to the MCUs around a crop: each MCU's entropy-coded segment
+// then decodes on its own (restarts reset the DC predictors), so the MCUs
+// above and beside the crop are never Huffman-decoded, which is most of
+// libjpeg's time otherwise.
+struct McuGrid {
+  int mcu_w = 0, mcu_h = 0;    // MCU size in image pixels
+  int mcus_x = 0, mcus_y = 0;  // MCUs per row, MCU rows
+};
+
+// The MCU grid of a JPEG whose header `c` has read, if it is one scan in
+// which every MCU is its own restart interval.
+std::optional<McuGrid> RestartGrid(const jpeg_decompress_struct& c) {
+  if (c.restart_interval != 1 || c.progressive_mode || c.arith_code ||
+      c.comps_in_scan != c.num_components) {
+    return std::nullopt;
+  }
+  McuGrid g;
+  int max_h = 1, max_v = 1;
+  for (int i = 0; i < c.num_components; ++i) {
+    max_h = std::max(max_h, c.comp_info[i].h_samp_factor);
+    max_v = std::max(max_v, c.comp_info[i].v_samp_factor);
+  }
+  // A single-component scan is not interleaved: its MCU is one 8x8 block.
+  g.mcu_w = c.comps_in_scan == 1 ? 8 : 8 * max_h;
+  g.mcu_h = c.comps_in_scan == 1 ? 8 : 8 * max_v;
+  g.mcus_x = static_cast<int>((c.image_width + g.mcu_w - 1) / g.mcu_w);
+  g.mcus_y = static_cast<int>((c.image_height + g.mcu_h - 1) / g.mcu_h);
+  return g;
+}
+
+// Records where the entropy-coded segments of MCUs 0..count-1 start (and,
+// as entry `count`, the end of the last one plus 2, as if a marker followed).
+// False unless the data is a run of segments separated by RST0..RST7 in order.
+bool IndexMcus(const uint8_t* p, size_t size, size_t start, size_t count,
+               std::vector<uint32_t>* starts) {
+  starts->clear();
+  starts->push_back(static_cast<uint32_t>(start));
+  size_t i = start;
+  while (starts->size() <= count) {
+    const auto* ff = static_cast<const uint8_t*>(std::memchr(p + i, 0xFF, size - i));
+    if (ff == nullptr || ff + 1 >= p + size) return false;
+    const size_t j = static_cast<size_t>(ff - p);
+    const uint8_t marker = p[j + 1];
+    if (marker == 0x00) {  // a stuffed 0xFF data byte
+      i = j + 2;
+      continue;
+    }
+    const bool rst = marker >= 0xD0 && marker <= 0xD7;
+    if (rst && marker != 0xD0 + (starts->size() - 1) % 8) return false;
+    if (!rst && starts->size() != count) return false;  // ends early (or fill bytes)
+    starts->push_back(static_cast<uint32_t>(j + 2));
+    i = j + 2;
+  }
+  return true;
+}
+
+// The offset of the SOF0/SOF1 marker in the header bytes [0, end), or 0
+// unless it is there and gives the size libjpeg read (height, width).
+size_t FindBaselineSof(const uint8_t* p, size_t end, int width, int height) {
+  size_t i = 2;  // after SOI
+  while (i + 4 <= end && p[i] == 0xFF) {
+    const uint8_t marker = p[i + 1];
+    if (marker == 0xFF) {  // fill byte
+      ++i;
+      continue;
+    }
+    if (marker == 0xC0 || marker == 0xC1) {
+      const bool same = i + 9 <= end && (p[i + 5] << 8 | p[i + 6]) == height &&
+                        (p[i + 7] << 8 | p[i + 8]) == width;
+      return same ? i : 0;
+    }
+    i += 2 + (size_t{p[i + 2]} << 8 | p[i + 3]);
+  }
+  return 0;
+}
+
+// MCU columns [c0, c1) and rows [r0, r1) of an McuGrid, and their size in
+// pixels (the last MCU column and row may be partial).
+struct McuRange {
+  int c0 = 0, c1 = 0, r0 = 0, r1 = 0;
+  int width = 0, height = 0;
+};
+
+// Writes into `out` a JPEG of the MCUs `range` of `jpeg` (a width x height
+// image indexed by IndexMcus, header ending at starts[0]): the same header
+// with the new size, then the chosen segments, renumbered.
+bool CutMcus(const uint8_t* jpeg, const std::vector<uint32_t>& starts, const McuGrid& g, int width,
+             int height, const McuRange& range, std::vector<uint8_t>* out) {
+  const size_t header = starts[0];
+  const size_t sof = FindBaselineSof(jpeg, header, width, height);
+  if (sof == 0) return false;
+  out->assign(jpeg, jpeg + header);
+  (*out)[sof + 5] = static_cast<uint8_t>(range.height >> 8);
+  (*out)[sof + 6] = static_cast<uint8_t>(range.height);
+  (*out)[sof + 7] = static_cast<uint8_t>(range.width >> 8);
+  (*out)[sof + 8] = static_cast<uint8_t>(range.width);
+  int n = 0;
+  for (int r = range.r0; r < range.r1; ++r) {
+    for (int col = range.c0; col < range.c1; ++col, ++n) {
+      if (n > 0) out->insert(out->end(), {0xFF, static_cast<uint8_t>(0xD0 + (n - 1) % 8)});
+      const size_t k = size_t(r) * g.mcus_x + col;
+      out->insert(out->end(), jpeg + starts[k], jpeg + starts[k + 1] - 2);
+    }
+  }
+  out->insert(out->end(), {0xFF, 0xD9});
+  return true;
+}
+
+// The MCUs covering the whole scaled pixels of the crop [fx0, fx1) x
+// [fy0, fy1) at DCT scale s/8, plus one scaled pixel on each side: chroma
+// upsampling makes the outermost pixels of a cut image differ from the
+// full decode, so they must not reach the filter taps.
+McuRange RangeAround(const McuGrid& g, int width, int height, int scale, double fx0, double fx1,
+                     double fy0, double fy1) {
+  const int sw = g.mcu_w * scale / 8, sh = g.mcu_h * scale / 8;  // MCU in scaled pixels
+  McuRange r;
+  r.c0 = std::max(0, (static_cast<int>(std::floor(fx0)) - 1) / sw);
+  r.c1 = std::min(g.mcus_x, (static_cast<int>(std::ceil(fx1)) + sw) / sw);
+  r.r0 = std::max(0, (static_cast<int>(std::floor(fy0)) - 1) / sh);
+  r.r1 = std::min(g.mcus_y, (static_cast<int>(std::ceil(fy1)) + sh) / sh);
+  r.width = std::min(width, r.c1 * g.mcu_w) - r.c0 * g.mcu_w;
+  r.height = std::min(height, r.r1 * g.mcu_h) - r.r0 * g.mcu_h;
+  return r;
+}
+
 // Decodes the crop's region of a JPEG at a planned DCT scale into s.pixels
 // and resizes it into out_rgb.
 Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, int out_w,
@@ -647,15 +780,34 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
       break;
     }
   }
+  // The crop in scaled pixels (fractional), relative to the decoded stream.
+  const double f = scale / 8.0;
+  double fx0 = crop.x * f, fx1 = (crop.x + crop.width) * f;
+  double fy0 = crop.y * f, fy1 = (crop.y + crop.height) * f;
+  s.last_used_restart_index = false;
+  if (auto grid = RestartGrid(c)) {
+    const McuRange r = RangeAround(*grid, width, height, scale, fx0, fx1, fy0, fy1);
+    const bool whole = r.c0 == 0 && r.r0 == 0 && r.c1 == grid->mcus_x && r.r1 == grid->mcus_y;
+    const size_t start = encoded.size() - c.src->bytes_in_buffer;  // after SOS
+    const size_t mcus_needed = size_t(r.r1 - 1) * grid->mcus_x + r.c1;
+    if (!whole && IndexMcus(data, encoded.size(), start, mcus_needed, &s.mcu_starts) &&
+        CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg)) {
+      jpeg_abort_decompress(&c);
+      if (!Guarded(s.err, [&] {
+            jpeg_mem_src(&c, s.roi_jpeg.data(), s.roi_jpeg.size());
+            jpeg_read_header(&c, TRUE);
+          })) {
+        return s.JpegError();
+      }
+      const double dx = r.c0 * grid->mcu_w * f, dy = r.r0 * grid->mcu_h * f;  // whole pixels
+      fx0 -= dx, fx1 -= dx, fy0 -= dy, fy1 -= dy;
+      s.last_used_restart_index = true;
+    }
+  }
   const bool cmyk = c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK;
   c.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
   c.scale_num = static_cast<unsigned>(scale);
   c.scale_denom = 8;
-
-  // The crop in scaled pixels (fractional), and the whole pixels covering it.
-  const double f = scale / 8.0;
-  const double fx0 = crop.x * f, fx1 = (crop.x + crop.width) * f;
-  const double fy0 = crop.y * f, fy1 = (crop.y + crop.height) * f;
   JDIMENSION col0 = 0, cols = 0;
   int row0 = 0, row1 = 0, channels = 0;
   if (!Guarded(s.err, [&] {
@@ -830,7 +982,8 @@ size_t DecodeScratch::CapacityBytes() const {
   return CapacityOf(s.pixels) + CapacityOf(s.x_taps.first) + CapacityOf(s.x_taps.count) +
          CapacityOf(s.x_taps.weights) + CapacityOf(s.y_taps.first) + CapacityOf(s.y_taps.count) +
          CapacityOf(s.y_taps.weights) + CapacityOf(s.x_table) + CapacityOf(s.y_table) +
-         CapacityOf(s.x_offset) + CapacityOf(s.mid) + CapacityOf(s.quad);
+         CapacityOf(s.x_offset) + CapacityOf(s.mid) + CapacityOf(s.quad) +
+         CapacityOf(s.mcu_starts) + CapacityOf(s.roi_jpeg);
 }
 void DecodeScratch::set_only_fast_dct_scales(bool only_fast) {
   impl_->only_fast_dct_scales = only_fast;
@@ -838,6 +991,7 @@ void DecodeScratch::set_only_fast_dct_scales(bool only_fast) {
 int DecodeScratch::last_dct_scale_eighths() const { return impl_->last_dct_scale_eighths; }
 int DecodeScratch::last_decoded_width() const { return impl_->last_decoded_width; }
 int DecodeScratch::last_decoded_height() const { return impl_->last_decoded_height; }
+bool DecodeScratch::last_used_restart_index() const { return impl_->last_used_restart_index; }
 
 CropRect RandomResizedCropParams(int width, int height, double scale_min, double scale_max,
                                  double ratio_min, double ratio_max, UniformSource& rng) {

@@ -97,6 +97,9 @@ class DecodeScratch {
   int last_dct_scale_eighths() const;
   int last_decoded_width() const;
   int last_decoded_height() const;
+  // Whether it was a restart-indexed JPEG (AddJpegRestartMarkers) of which
+  // only the MCUs around the crop were entropy-decoded.
+  bool last_used_restart_index() const;
 
   struct Impl;  // Defined in transform.cc; impl() is for transform.cc only.
   Impl& impl() { return *impl_; }
@@ -114,7 +117,10 @@ class DecodeScratch {
 // at which the crop still has at least out_width x out_height pixels (see
 // DecodeScratch::set_only_fast_dct_scales); only the crop's columns
 // (widened to iMCU boundaries) and rows are reconstructed, and rows below
-// the crop are not decoded at all, so damage there goes unnoticed. Gray and CMYK JPEGs become RGB;
+// the crop are not decoded at all, so damage there goes unnoticed. A JPEG
+// with a restart marker after every MCU (AddJpegRestartMarkers) is first cut
+// down to the MCUs around the crop, so those beside and above it are not
+// entropy-decoded either; the output bytes are the same. Gray and CMYK JPEGs become RGB;
 // PNG alpha is composited onto black (as DecodeRgb). PNG is decoded in full, then cropped.
 Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop, int out_width,
                         int out_height, bool hflip, uint8_t* out_rgb, DecodeScratch* scratch);

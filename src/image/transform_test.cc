@@ -282,6 +282,56 @@ TEST_F(DecodeCropResizeTest, PlannedDecodeMatchesFullDecode) {
   }
 }
 
+// A restart-marked copy (AddJpegRestartMarkers) is cut down to the MCUs
+// around each crop before decoding, and still gives the very same bytes.
+TEST_F(DecodeCropResizeTest, RestartIndexedJpegGivesTheSameBytes) {
+  constexpr int kOddW = 637, kOddH = 479;  // partial MCUs at the right and bottom
+  std::vector<uint8_t> odd = PhotoLike(kOddW, kOddH), gray(size_t(kW) * kH);
+  for (size_t i = 0; i < gray.size(); ++i) gray[i] = rgb_[3 * i + 1];
+  struct Source {
+    const char* name;
+    Bytes jpeg;
+    int w, h;
+  };
+  const Source sources[] = {
+      {"420", jpeg_, kW, kH},
+      {"420_odd_size", EncodeJpegRaw(odd.data(), kOddW, kOddH, 3, JCS_RGB), kOddW, kOddH},
+      {"422", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, false, 2, 1), kW, kH},
+      {"444", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, false, 1, 1), kW, kH},
+      {"gray", EncodeJpegRaw(gray.data(), kW, kH, 1, JCS_GRAYSCALE), kW, kH},
+      {"progressive", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, true), kW, kH},
+  };
+  const std::pair<int, int> sizes[] = {{224, 224}, {64, 48}, {300, 100}};
+  MtSource rng(7);
+  for (const Source& src : sources) {
+    SCOPED_TRACE(src.name);
+    SATURATE_ASSERT_OK_AND_ASSIGN(Bytes indexed, AddJpegRestartMarkers(src.jpeg));
+    DecodeScratch plain, cut;
+    int cuts = 0;
+    for (int i = 0; i < 60; ++i) {
+      const CropRect crop = i == 0 ? CropRect{0, 0, src.w, src.h} : Rrc(src.w, src.h, rng);
+      const auto [out_w, out_h] = sizes[i % 3];
+      const bool fast = i % 2 == 0;
+      plain.set_only_fast_dct_scales(fast);
+      cut.set_only_fast_dct_scales(fast);
+      std::vector<uint8_t> want(size_t(out_w) * out_h * 3), got(want.size());
+      SATURATE_ASSERT_OK(
+          DecodeCropResize(src.jpeg, crop, out_w, out_h, i % 4 == 1, want.data(), &plain));
+      SATURATE_ASSERT_OK(
+          DecodeCropResize(indexed, crop, out_w, out_h, i % 4 == 1, got.data(), &cut));
+      ASSERT_EQ(got, want) << "crop " << crop.width << "x" << crop.height << "+" << crop.x << "+"
+                           << crop.y << " to " << out_w << "x" << out_h;
+      EXPECT_FALSE(plain.last_used_restart_index());
+      EXPECT_EQ(cut.last_dct_scale_eighths(), plain.last_dct_scale_eighths());
+      if (i == 0) {
+        EXPECT_FALSE(cut.last_used_restart_index());  // nothing to cut away
+      }
+      cuts += cut.last_used_restart_index();
+    }
+    EXPECT_GE(cuts, 50);  // all but the crops (nearly) as large as the image
+  }
+}
+
 TEST_F(DecodeCropResizeTest, HflipMirrorsExactly) {
   DecodeScratch scratch;
   const CropRect crop{123, 77, 301, 257};

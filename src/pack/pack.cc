@@ -131,6 +131,28 @@ struct LoadedImage {
   uint64_t input_bytes = 0;
 };
 
+// The bytes to store for an image file: checked, then re-encoded and/or
+// restart-marked as the options say.
+Result<std::vector<std::byte>> StoredBytes(std::span<const std::byte> raw,
+                                           const PackOptions& options) {
+  std::vector<std::byte> reencoded;
+  if (options.reencode_max_side > 0) {
+    SATURATE_ASSIGN_OR_RETURN(
+        reencoded, image::ReencodeJpeg(raw, options.reencode_max_side, options.reencode_quality));
+    if (options.keep_jpeg_bytes) return reencoded;
+    raw = reencoded;
+  } else if (options.keep_jpeg_bytes || image::SniffFormat(raw) != image::ImageFormat::kJpeg) {
+    SATURATE_RETURN_IF_ERROR(image::ValidateImage(raw).status());
+    return std::vector<std::byte>(raw.begin(), raw.end());
+  }
+  // Decodes all entropy-coded data strictly, so it validates too.
+  auto marked = image::AddJpegRestartMarkers(raw);
+  if (marked.status().code() != StatusCode::kUnimplemented) return marked;
+  if (!reencoded.empty()) return reencoded;
+  SATURATE_RETURN_IF_ERROR(image::ValidateImage(raw).status());  // a JPEG that can't be marked
+  return std::vector<std::byte>(raw.begin(), raw.end());
+}
+
 LoadedImage LoadImage(const std::string& path, const PackOptions& options) {
   LoadedImage out;
   auto text = ReadFileToString(path);
@@ -139,15 +161,9 @@ LoadedImage LoadImage(const std::string& path, const PackOptions& options) {
     return out;
   }
   out.input_bytes = text->size();
-  auto raw = std::as_bytes(std::span(text->data(), text->size()));
-  if (options.reencode_max_side > 0) {
-    auto re = image::ReencodeJpeg(raw, options.reencode_max_side, options.reencode_quality);
-    if (re.ok()) out.bytes = std::move(*re);
-    out.status = re.status();
-  } else {
-    out.status = image::ValidateImage(raw).status();
-    if (out.status.ok()) out.bytes.assign(raw.begin(), raw.end());
-  }
+  auto stored = StoredBytes(std::as_bytes(std::span(text->data(), text->size())), options);
+  if (stored.ok()) out.bytes = std::move(*stored);
+  out.status = stored.status();
   if (!out.status.ok()) out.status = out.status.WithContext(path);
   return out;
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -71,6 +72,27 @@ TEST_F(PackTest, ImageFolderLabelsFollowSortedClassNames) {
     SATURATE_ASSERT_OK_AND_ASSIGN(auto rec, ds->Get(i));
     EXPECT_EQ(rec.int64_at(1), i < 3 ? 0 : 1);
     std::string file = root + (i < 3 ? "/a_dog/" : "/b_cat/") + std::to_string(i % 3) + ".jpg";
+    // Stored losslessly rewritten with restart markers: the same pixels.
+    auto img = rec.field(0);
+    const std::string given = ReadAll(file);
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto marked,
+                                  image::AddJpegRestartMarkers(std::as_bytes(std::span(given))));
+    EXPECT_TRUE(std::equal(img.begin(), img.end(), marked.begin(), marked.end()));
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto want, image::DecodeRgb(std::as_bytes(std::span(given))));
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto got, image::DecodeRgb(img));
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST_F(PackTest, KeepJpegBytesStoresFilesAsGiven) {
+  std::string root = MakeFolder(2);
+  PackOptions options;
+  options.keep_jpeg_bytes = true;
+  SATURATE_ASSERT_OK(PackImageFolder(root, Out(), options).status());
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto ds, format::Dataset::Open(Out()));
+  for (uint64_t i = 0; i < 4; ++i) {
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto rec, ds->Get(i));
+    std::string file = root + (i < 2 ? "/a_dog/" : "/b_cat/") + std::to_string(i % 2) + ".jpg";
     auto img = rec.field(0);
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(img.data()), img.size()), ReadAll(file));
   }

@@ -15,6 +15,7 @@ struct PackFlags {
   bool skip_bad = false;
   int reencode_max_side = 0;
   int reencode_quality = 90;
+  bool keep_jpeg_bytes = false;
   bool json = false;
   bool quiet = false;
 };
@@ -37,6 +38,10 @@ void AddCommonFlags(CLI::App* cmd, PackFlags* f) {
   cmd->add_option("--reencode-quality", f->reencode_quality, "JPEG quality when re-encoding")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
+  cmd->add_flag("--keep-jpeg-bytes", f->keep_jpeg_bytes,
+                "Store JPEGs byte for byte (default: losslessly rewritten with a restart marker "
+                "per MCU, about 8% larger, so that the loader decodes only the MCUs around each "
+                "crop)");
   cmd->add_flag("--json", f->json, "Print the summary as JSON");
   cmd->add_flag("-q,--quiet", f->quiet, "No progress bar");
 }
@@ -78,6 +83,7 @@ int RunPack(const std::string& out, const PackFlags& flags, PackFn pack_fn) {
   options.skip_bad = flags.skip_bad;
   options.reencode_max_side = flags.reencode_max_side;
   options.reencode_quality = flags.reencode_quality;
+  options.keep_jpeg_bytes = flags.keep_jpeg_bytes;
   ProgressBar bar("pack", "rec");
   if (!flags.quiet) {
     options.progress = [&](const pack::PackProgress& p) {

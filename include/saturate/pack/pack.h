@@ -36,6 +36,10 @@ struct PackOptions {
   bool skip_bad = false;      // skip unreadable/corrupt images (counted) instead of failing
   int reencode_max_side = 0;  // > 0: re-encode images as JPEG, longer side at most this
   int reencode_quality = 90;  // JPEG quality when re-encoding
+  // JPEGs are stored losslessly rewritten with a restart marker per MCU
+  // (image::AddJpegRestartMarkers): the same pixels, and the loader then
+  // Huffman-decodes only the MCUs around each crop. true keeps their bytes.
+  bool keep_jpeg_bytes = false;
   std::function<void(const PackProgress&)> progress;
 };
 
