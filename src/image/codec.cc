@@ -170,6 +170,15 @@ void VectorDestTerm(j_compress_ptr cinfo) {
   dest->out->resize(dest->out->size() - dest->pub.free_in_buffer);
 }
 
+// A destination over `out`, whose size is the first guess of the output's.
+VectorDest MakeVectorDest(std::vector<std::byte>* out) {
+  VectorDest dest{{}, out};
+  dest.pub.init_destination = VectorDestInit;
+  dest.pub.empty_output_buffer = VectorDestGrow;
+  dest.pub.term_destination = VectorDestTerm;
+  return dest;
+}
+
 // ---- libpng (simplified API) --------------------------------------------------
 
 Status OpenPng(PngReader& r, std::span<const std::byte> bytes, ImageInfo* info) {
@@ -308,10 +317,7 @@ Result<std::vector<std::byte>> EncodeJpeg(const uint8_t* rgb, int width, int hei
                                    " not in 1..100");
   }
   std::vector<std::byte> out(size_t{4096} + size_t(width) * height / 2);  // ~4 bits/px
-  VectorDest dest{{}, &out};
-  dest.pub.init_destination = VectorDestInit;
-  dest.pub.empty_output_buffer = VectorDestGrow;
-  dest.pub.term_destination = VectorDestTerm;
+  VectorDest dest = MakeVectorDest(&out);
   JpegCompressor comp;
   jpeg_compress_struct& c = comp.cinfo;
   const size_t row_bytes = size_t(width) * 3;
@@ -381,10 +387,7 @@ Result<std::vector<std::byte>> AddJpegRestartMarkers(std::span<const std::byte> 
         "coefficients, which a baseline copy cannot reproduce");
   }
   std::vector<std::byte> bytes(jpeg.size() + jpeg.size() / 8 + 4096);
-  VectorDest dest{{}, &bytes};
-  dest.pub.init_destination = VectorDestInit;
-  dest.pub.empty_output_buffer = VectorDestGrow;
-  dest.pub.term_destination = VectorDestTerm;
+  VectorDest dest = MakeVectorDest(&bytes);
   JpegCompressor out;
   jpeg_compress_struct& c = out.cinfo;
   if (!Guarded(out.err, [&] {

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <csetjmp>
+#include <cstdint>
 #include <cstdio>  // jpeglib.h needs FILE and size_t first.
 #include <cstring>
 #include <optional>
@@ -649,6 +650,7 @@ std::optional<McuGrid> RestartGrid(const jpeg_decompress_struct& c) {
 // False unless the data is a run of segments separated by RST0..RST7 in order.
 bool IndexMcus(const uint8_t* p, size_t size, size_t start, size_t count,
                std::vector<uint32_t>* starts) {
+  if (size > UINT32_MAX - 2) return false;
   starts->clear();
   starts->push_back(static_cast<uint32_t>(start));
   size_t i = start;
