@@ -179,6 +179,17 @@ VectorDest MakeVectorDest(std::vector<std::byte>* out) {
   return dest;
 }
 
+// Whether a progressive JPEG's scans sent every coefficient to full
+// precision (libjpeg's coef_bits: -1 not sent, > 0 bits still to come).
+bool AllCoefficientsSent(const jpeg_decompress_struct& c) {
+  for (int ci = 0; ci < c.num_components; ++ci) {
+    for (int k = 0; k < DCTSIZE2; ++k) {
+      if (c.coef_bits[ci][k] != 0) return false;
+    }
+  }
+  return true;
+}
+
 // ---- libpng (simplified API) --------------------------------------------------
 
 Status OpenPng(PngReader& r, std::span<const std::byte> bytes, ImageInfo* info) {
@@ -345,21 +356,6 @@ Result<std::vector<std::byte>> EncodeJpeg(const uint8_t* rgb, int width, int hei
   }
   return out;
 }
-
-namespace {
-
-// Whether a progressive JPEG's scans sent every coefficient to full
-// precision (libjpeg's coef_bits: -1 not sent, > 0 bits still to come).
-bool AllCoefficientsSent(const jpeg_decompress_struct& c) {
-  for (int ci = 0; ci < c.num_components; ++ci) {
-    for (int k = 0; k < DCTSIZE2; ++k) {
-      if (c.coef_bits[ci][k] != 0) return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
 
 Result<std::vector<std::byte>> AddJpegRestartMarkers(std::span<const std::byte> jpeg) {
   if (SniffFormat(jpeg) != ImageFormat::kJpeg) return UnknownFormat(jpeg);

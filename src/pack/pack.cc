@@ -139,17 +139,15 @@ Result<std::vector<std::byte>> StoredBytes(std::span<const std::byte> raw,
   if (options.reencode_max_side > 0) {
     SATURATE_ASSIGN_OR_RETURN(
         reencoded, image::ReencodeJpeg(raw, options.reencode_max_side, options.reencode_quality));
-    if (options.keep_jpeg_bytes) return reencoded;
     raw = reencoded;
-  } else if (options.keep_jpeg_bytes || image::SniffFormat(raw) != image::ImageFormat::kJpeg) {
-    SATURATE_RETURN_IF_ERROR(image::ValidateImage(raw).status());
-    return std::vector<std::byte>(raw.begin(), raw.end());
   }
-  // Decodes all entropy-coded data strictly, so it validates too.
-  auto marked = image::AddJpegRestartMarkers(raw);
-  if (marked.status().code() != StatusCode::kUnimplemented) return marked;
+  if (!options.keep_jpeg_bytes && image::SniffFormat(raw) == image::ImageFormat::kJpeg) {
+    // Decodes all entropy-coded data strictly, so it validates too.
+    auto marked = image::AddJpegRestartMarkers(raw);
+    if (marked.status().code() != StatusCode::kUnimplemented) return marked;
+  }
   if (!reencoded.empty()) return reencoded;
-  SATURATE_RETURN_IF_ERROR(image::ValidateImage(raw).status());  // a JPEG that can't be marked
+  SATURATE_RETURN_IF_ERROR(image::ValidateImage(raw).status());
   return std::vector<std::byte>(raw.begin(), raw.end());
 }
 
