@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <string_view>
@@ -19,11 +21,19 @@
 
 namespace {
 
+// The run directory the inputs are written to, removed when the fuzzer exits.
 const std::string& Dir() {
   static const std::string dir = [] {
-    char pattern[] = "/tmp/saturate-run-fuzz.XXXXXX";
-    return std::string(mkdtemp(pattern));
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "saturate-run-fuzz.XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) abort();
+    return pattern;
   }();
+  static const int registered = std::atexit([] {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  });
+  (void)registered;
   return dir;
 }
 

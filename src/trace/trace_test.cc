@@ -264,6 +264,14 @@ std::string SharedRunDir(const std::string& var, const std::string& parent_choic
   return std::getenv(var.c_str());
 }
 
+// Ends a death-test child. The child made a fixture of its own, whose
+// directory it never uses and whose destructor exit() skips: removed here.
+[[noreturn]] void ExitChild(const testing::TempDir& dir, bool ok) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir.path(), ec);
+  std::exit(ok ? 0 : 1);
+}
+
 TEST_F(TraceTest, StartsFromTheEnvironmentOnFirstUse) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const std::string run = SharedRunDir("SATURATE_TRACE_TEST_ENV_RUN", dir_.Join("env-run"));
@@ -271,8 +279,7 @@ TEST_F(TraceTest, StartsFromTheEnvironmentOnFirstUse) {
       {
         setenv("SATURATE_RUN_DIR", run.c_str(), 1);
         { Phase p("from_env"); }
-        const bool ok = RunDir() == run && Stop().ok();
-        std::exit(ok ? 0 : 1);
+        ExitChild(dir_, RunDir() == run && Stop().ok());
       },
       ::testing::ExitedWithCode(0), "");
   std::vector<json> spans;
@@ -289,7 +296,7 @@ TEST_F(TraceTest, StaysOffWithoutTheEnvironment) {
       {
         unsetenv("SATURATE_RUN_DIR");
         RecordSpan("nowhere", 0, 1);
-        std::exit(!Enabled() && RunDir().empty() ? 0 : 1);
+        ExitChild(dir_, !Enabled() && RunDir().empty());
       },
       ::testing::ExitedWithCode(0), "");
 }
@@ -299,9 +306,9 @@ TEST_F(TraceTest, ExitFlushes) {
   const std::string run = SharedRunDir("SATURATE_TRACE_TEST_EXIT_RUN", dir_.Join("exit-run"));
   EXPECT_EXIT(
       {
-        if (!Start(run).ok()) std::exit(1);
+        if (!Start(run).ok()) ExitChild(dir_, false);
         RecordSpan("at_exit", 0, 1);
-        std::exit(0);  // no Stop(): the atexit hook writes it
+        ExitChild(dir_, true);  // no Stop(): the atexit hook writes it
       },
       ::testing::ExitedWithCode(0), "");
   size_t found = 0;
