@@ -80,6 +80,10 @@ def test_ctrl_c_during_iteration_stops_promptly(tmp_path):
     script.write_text(f"""
 import faulthandler, signal, sys; sys.path.insert(0, {HERE!r})
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's hang report
+# A runner started in the background without job control (`cmd &` in a
+# script) passes SIGINT down ignored, and Python keeps it ignored: as in a
+# terminal, Ctrl-C must raise KeyboardInterrupt here.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from conftest import make_photo_folder
 import saturate
 make_photo_folder({str(tmp_path / 'f')!r}, per_class=40, classes=1)
