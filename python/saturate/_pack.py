@@ -51,7 +51,7 @@ def pack(
       - an MNIST-style IDX images file, with ``labels=`` the IDX labels file.
 
     JPEGs are stored losslessly rewritten with a restart marker per MCU (the same
-    pixels, about 8% more bytes), so that the loader entropy-decodes only the MCUs
+    pixels, 4–8% more bytes), so that the loader entropy-decodes only the MCUs
     around each crop; ``keep_jpeg_bytes=True`` stores them byte for byte.
 
     The output appears at ``out`` only when complete; ``force`` replaces an existing

@@ -120,8 +120,9 @@ class DecodeScratch {
 // the crop are not decoded at all, so damage there goes unnoticed. A JPEG
 // with a restart marker after every MCU (AddJpegRestartMarkers) is first cut
 // down to the MCUs around the crop, so those beside and above it are not
-// entropy-decoded either; the output bytes are the same. Gray and CMYK JPEGs become RGB;
-// PNG alpha is composited onto black (as DecodeRgb). PNG is decoded in full, then cropped.
+// entropy-decoded either; the output bytes are the same. Gray and CMYK JPEGs
+// become RGB; PNG alpha is composited onto black (as DecodeRgb). PNG is
+// decoded in full, then cropped.
 Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop, int out_width,
                         int out_height, bool hflip, uint8_t* out_rgb, DecodeScratch* scratch);
 

@@ -40,7 +40,7 @@ void AddCommonFlags(CLI::App* cmd, PackFlags* f) {
       ->capture_default_str();
   cmd->add_flag("--keep-jpeg-bytes", f->keep_jpeg_bytes,
                 "Store JPEGs byte for byte (default: losslessly rewritten with a restart marker "
-                "per MCU, about 8% larger, so that the loader decodes only the MCUs around each "
+                "per MCU, 4-8% larger, so that the loader decodes only the MCUs around each "
                 "crop)");
   cmd->add_flag("--json", f->json, "Print the summary as JSON");
   cmd->add_flag("-q,--quiet", f->quiet, "No progress bar");
