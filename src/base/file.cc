@@ -141,6 +141,16 @@ ReadOnlyFile::~ReadOnlyFile() {
   ::close(fd_);
 }
 
+void ReadOnlyFile::Prefetch(uint64_t offset, uint64_t n) const {
+  if (map_ == nullptr || offset >= size_) return;
+  constexpr uintptr_t kLine = 64;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(map_ + offset) & ~(kLine - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(map_ + offset + std::min(n, size_ - offset));
+  for (uintptr_t p = begin; p < end; p += kLine) {
+    __builtin_prefetch(reinterpret_cast<const void*>(p));
+  }
+}
+
 Result<std::span<const std::byte>> ReadOnlyFile::Read(uint64_t offset, uint64_t n,
                                                       std::vector<std::byte>* scratch) const {
   if (offset > size_ || n > size_ - offset) {

@@ -85,6 +85,12 @@ class ReadOnlyFile {
   Result<std::span<const std::byte>> Read(uint64_t offset, uint64_t n,
                                           std::vector<std::byte>* scratch) const;
 
+  // Hints that [offset, offset + n) is read soon: when mapped(), asks the
+  // CPU to start loading those bytes into its caches, so a later Read of a
+  // small, randomly placed record does not wait on memory. Bytes outside
+  // the file are ignored; a no-op when not mapped().
+  void Prefetch(uint64_t offset, uint64_t n) const;
+
  private:
   ReadOnlyFile(std::string path, int fd, uint64_t size, const std::byte* map)
       : path_(std::move(path)), fd_(fd), size_(size), map_(map) {}

@@ -24,6 +24,9 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxPrefetch = 16;  // ring size: the most batches in flight
 constexpr int kDefaultPrefetch = 4;
+// How much of the next record a worker asks the CPU to prefetch: all of a
+// small record (the bound is memory latency), the head of a large one.
+constexpr uint64_t kPrefetchBytes = 4096;
 // How often Next() writes the "loader" counters record while tracing.
 constexpr int64_t kCountersIntervalNs = 1'000'000'000;
 
@@ -551,6 +554,7 @@ class Loader::Impl {
       const bool tracing = trace::Enabled();
       const int64_t chunk_start_ns = tracing ? trace::NowNs() : 0;
       for (uint64_t k = 0; k < indices.size(); ++k) {
+        if (k + 1 < indices.size()) dataset_->Prefetch(indices[k + 1], kPrefetchBytes);
         Status s = ProduceSample(indices[k], epoch, begin + k, data, &scratch, &times);
         if (!s.ok()) {
           failed.push_back(begin + k);
@@ -588,9 +592,8 @@ class Loader::Impl {
 
   Status ProduceSample(uint64_t index, uint64_t epoch, uint64_t slot, std::byte* data,
                        SampleScratch* scratch, StageTimes* times) {
-    auto t0 = Clock::now();
     auto record = dataset_->Get(index);
-    times->read_ns += Nanos(t0, Clock::now());
+    times->Lap(&times->read_ns);
     if (!record.ok()) return record.status().WithContext("read");
     Status s = plan_.WriteSample(*record, index, options_.seed, epoch, slot, data, scratch, times);
     if (!s.ok()) {

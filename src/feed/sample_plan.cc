@@ -10,13 +10,7 @@ namespace saturate::feed {
 namespace {
 
 using format::FieldKind;
-using Clock = std::chrono::steady_clock;
-
 constexpr uint64_t kSlotAlign = 64;
-
-uint64_t Nanos(Clock::time_point a, Clock::time_point b) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
-}
 
 uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
@@ -200,7 +194,6 @@ Status SamplePlan::WriteImage(const Output& out, std::span<const std::byte> byte
                               uint64_t record_index, uint64_t seed, uint64_t epoch, std::byte* dst,
                               SampleScratch* scratch, StageTimes* times) const {
   const ImageTransform& t = out.options.image;
-  auto t0 = Clock::now();
   // The crop is drawn once the decoder has read the image size: one stream
   // per (sample, field), crop first, then flip, as torchvision draws them.
   struct Planner : image::CropPlanner {
@@ -219,19 +212,20 @@ Status SamplePlan::WriteImage(const Output& out, std::span<const std::byte> byte
       return crop;
     }
   } planner(&t, SampleRng(seed ^ (out.field * 0x9E3779B97F4A7C15ull), epoch, record_index));
-  const bool direct = t.dtype == DType::kUInt8 && t.layout != Layout::kCHW;
+  // uint8 output (either layout) is written by the resampler in place.
+  const bool direct = t.dtype == DType::kUInt8;
   const size_t pixel_bytes = static_cast<size_t>(t.width) * t.height * 3;
   if (!direct && scratch->pixels.size() < pixel_bytes) scratch->pixels.resize(pixel_bytes);
   uint8_t* rgb = direct ? reinterpret_cast<uint8_t*>(dst) : scratch->pixels.data();
   SATURATE_RETURN_IF_ERROR(
-      image::DecodeCropResize(bytes, planner, t.width, t.height, rgb, &scratch->decode));
-  auto t1 = Clock::now();
-  times->decode_ns += Nanos(t0, t1);
+      image::DecodeCropResize(bytes, planner, t.width, t.height, rgb, &scratch->decode,
+                              direct ? ImageLayout(t.layout) : image::Layout::kHWC));
+  times->Lap(&times->decode_ns);
   if (!direct) {
     image::ConvertPixels(rgb, t.height, t.width, t.normalize ? t.mean.data() : nullptr,
                          t.normalize ? t.std.data() : nullptr, ImageLayout(t.layout),
                          PixelTypeOf(t.dtype), dst);
-    times->transform_ns += Nanos(t1, Clock::now());
+    times->Lap(&times->transform_ns);
   }
   return Status::OK();
 }
@@ -252,13 +246,12 @@ Status SamplePlan::WriteSample(const format::Record& record, uint64_t record_ind
         std::memcpy(dst, src.data(), out.sample_bytes);
         break;
       case Kind::kArray: {
-        auto t0 = Clock::now();
         if (!out.options.array.to_float) {
           std::memcpy(dst, src.data(), out.sample_bytes);
         } else {
           SATURATE_RETURN_IF_ERROR(ArrayToFloat(out, src, reinterpret_cast<float*>(dst)));
         }
-        times->transform_ns += Nanos(t0, Clock::now());
+        times->Lap(&times->transform_ns);
         break;
       }
       case Kind::kVarArray: {

@@ -11,6 +11,7 @@
 #ifndef SATURATE_FEED_SAMPLE_PLAN_H_
 #define SATURATE_FEED_SAMPLE_PLAN_H_
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,11 +28,23 @@ struct SampleScratch {
   std::vector<uint8_t> pixels;  // decoded HWC uint8 before conversion
 };
 
-// Nanoseconds spent per stage, accumulated by WriteSample().
+// Nanoseconds spent per stage, accumulated by WriteSample(). A stage's
+// time runs from the previous Lap() (or the construction) to its own, so
+// timing n stages costs n clock reads, not 2n; at a few million samples/s
+// those reads are a sixth of the work.
 struct StageTimes {
   uint64_t read_ns = 0;  // filled by the loader around Dataset::Get
   uint64_t decode_ns = 0;
   uint64_t transform_ns = 0;
+  std::chrono::steady_clock::time_point mark = std::chrono::steady_clock::now();
+
+  // Adds the time since the last lap to *stage_ns.
+  void Lap(uint64_t* stage_ns) {
+    const auto now = std::chrono::steady_clock::now();
+    *stage_ns += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - mark).count());
+    mark = now;
+  }
 };
 
 // The options given for field `name`, or nullptr.

@@ -107,16 +107,27 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, ReaderOpt
   return ds;
 }
 
+std::pair<const Dataset::Shard*, uint64_t> Dataset::Locate(uint64_t index) const {
+  // Binary search over shard starts: O(log shards), independent of record count.
+  const size_t s =
+      std::upper_bound(shard_start_.begin(), shard_start_.end(), index) - shard_start_.begin() - 1;
+  return {&shards_[s], index - shard_start_[s]};
+}
+
+void Dataset::Prefetch(uint64_t index, uint64_t max_bytes) const {
+  if (index >= total_records_) return;
+  const auto [shard, local] = Locate(index);
+  const IndexEntry& e = shard->index[local];
+  shard->file->Prefetch(e.offset, std::min(e.length, max_bytes));
+}
+
 Result<Record> Dataset::Get(uint64_t index) const {
   if (index >= total_records_) {
     return Status::InvalidArgument("record " + std::to_string(index) + " out of range (dataset " +
                                    dir_ + " has " + std::to_string(total_records_) + ")");
   }
-  // Binary search over shard starts: O(log shards), independent of record count.
-  size_t s =
-      std::upper_bound(shard_start_.begin(), shard_start_.end(), index) - shard_start_.begin() - 1;
-  const Shard& shard = shards_[s];
-  const uint64_t local = index - shard_start_[s];
+  const auto [shard_ptr, local] = Locate(index);
+  const Shard& shard = *shard_ptr;
   const IndexEntry& e = shard.index[local];
 
   Record rec;

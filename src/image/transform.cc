@@ -86,6 +86,7 @@ struct DecodeScratch::Impl {
   // Horizontal-first: one source row widened to RGBX floats.
   // Vertical-first: one row of horizontal pass output.
   std::vector<float> quad;
+  std::vector<uint8_t> out_row;  // Planar output: one output row as RGB.
 
   // Restart-indexed JPEGs: where each MCU's entropy-coded bytes start, and
   // the smaller JPEG of the MCUs around the crop that is decoded instead.
@@ -338,61 +339,138 @@ SATURATE_TARGET_AVX2 inline __m256 TapPair(const float* p0, const float* p1, con
   return _mm256_mul_ps(_mm256_loadu_ps(w + kXTapStride * k), px);
 }
 
+// TapSum of positions pos (lanes 0-3) and pos + 1 (lanes 4-7), whose taps
+// start at p0 and p1, with the pair's weights w.
+template <int kStep, int kTaps>
+SATURATE_TARGET_AVX2 inline __m256 PairSum(const float* p0, const float* p1, const float* w,
+                                           int taps) {
+  const int n = kTaps > 0 ? kTaps : taps;
+  __m256 sum = TapPair<kStep>(p0, p1, w, 0);
+  if (n == 1) return sum;
+  __m256 even = sum, odd = TapPair<kStep>(p0, p1, w, 1);
+  int k = 2;
+  for (; k + 1 < n; k += 2) {
+    even = _mm256_add_ps(even, TapPair<kStep>(p0, p1, w, k));
+    odd = _mm256_add_ps(odd, TapPair<kStep>(p0, p1, w, k + 1));
+  }
+  if (k < n) even = _mm256_add_ps(even, TapPair<kStep>(p0, p1, w, k));
+  return _mm256_add_ps(even, odd);
+}
+
 // HorizontalRowN two positions at a time.
 template <int kStep, int kTaps>
 SATURATE_TARGET_AVX2 void HorizontalRowNAvx2(const float* in, const int* offset, const float* table,
                                              int taps, int out_w, float* dst) {
-  const int n = kTaps > 0 ? kTaps : taps;
   const size_t pair = size_t(taps) * kXTapStride;
   const float* w = table;
   int pos = 0;
   for (; pos + 1 < out_w; pos += 2, w += pair) {
-    const float* p0 = in + offset[pos];
-    const float* p1 = in + offset[pos + 1];
-    __m256 sum = TapPair<kStep>(p0, p1, w, 0);
-    if (n > 1) {
-      __m256 even = sum, odd = TapPair<kStep>(p0, p1, w, 1);
-      int k = 2;
-      for (; k + 1 < n; k += 2) {
-        even = _mm256_add_ps(even, TapPair<kStep>(p0, p1, w, k));
-        odd = _mm256_add_ps(odd, TapPair<kStep>(p0, p1, w, k + 1));
-      }
-      if (k < n) even = _mm256_add_ps(even, TapPair<kStep>(p0, p1, w, k));
-      sum = _mm256_add_ps(even, odd);
-    }
+    const __m256 sum = PairSum<kStep, kTaps>(in + offset[pos], in + offset[pos + 1], w, taps);
     _mm_storeu_ps(dst + 3 * pos, _mm256_castps256_ps128(sum));
     _mm_storeu_ps(dst + 3 * pos + 3, _mm256_extractf128_ps(sum, 1));
   }
   if (pos < out_w) Store4(dst + 3 * pos, TapSum<kStep, kTaps>(in + offset[pos], w, taps));
 }
+
+// ToInt on 8 lanes.
+SATURATE_TARGET_AVX2 inline __m256i ToInt8(__m256 v) {
+  return _mm256_cvttps_epi32(
+      _mm256_min_ps(_mm256_add_ps(v, _mm256_set1_ps(0.5f)), _mm256_set1_ps(255.0f)));
+}
+
+// HorizontalRowNAvx2 followed by FloatsToBytes, without the float row in
+// between: 8 positions (4 pairs) at a time are packed to 24 bytes, written
+// as RGB at dst, or if kPlanar as R, G and B at dst, dst + plane and
+// dst + 2 * plane.
+template <int kStep, int kTaps, bool kPlanar>
+SATURATE_TARGET_AVX2 void HorizontalRowBytesAvx2(const float* in, const int* offset,
+                                                 const float* table, int taps, int out_w,
+                                                 uint8_t* dst, size_t plane) {
+  const size_t pair = size_t(taps) * kXTapStride;
+  // After the packs, the 8 pixels (RGBX bytes, one per 32-bit lane) are in
+  // the order 0 2 4 6 | 1 3 5 7 (128-bit halves). RGB: `order` sorts them,
+  // `compact` drops the Xs within each half. Planar: `transpose` makes each
+  // half R R R R G G G G B B B B, and byte interleaves of the two halves
+  // give the channels' 8 bytes in pixel order.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i compact = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,
+                                           0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const __m256i transpose = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                             0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  int pos = 0;
+  for (; pos + 8 <= out_w; pos += 8) {
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j) {
+      const int p = pos + 2 * j;
+      q[j] = ToInt8(PairSum<kStep, kTaps>(in + offset[p], in + offset[p + 1],
+                                          table + size_t(p / 2) * pair, taps));
+    }
+    const __m256i bytes =
+        _mm256_packus_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    if constexpr (kPlanar) {
+      const __m256i t = _mm256_shuffle_epi8(bytes, transpose);
+      const __m128i even = _mm256_castsi256_si128(t), odd = _mm256_extracti128_si256(t, 1);
+      const __m128i rg = _mm_unpacklo_epi8(even, odd), b = _mm_unpackhi_epi8(even, odd);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + pos), rg);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + plane + pos), _mm_srli_si128(rg, 8));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + 2 * plane + pos), b);
+      continue;
+    }
+    const __m256i rgb = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(bytes, order), compact);
+    uint8_t* d = dst + 3 * pos;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm256_castsi256_si128(rgb));
+    // The second half's 4 spare bytes land on the next pixels, which are
+    // written after; they must not land past the row.
+    const __m128i hi = _mm256_extracti128_si256(rgb, 1);
+    if (3 * (pos + 8) + 4 <= 3 * out_w) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 12), hi);
+    } else {
+      alignas(16) uint8_t last[16];
+      _mm_store_si128(reinterpret_cast<__m128i*>(last), hi);
+      std::memcpy(d + 12, last, 12);
+    }
+  }
+  for (; pos < out_w; ++pos) {
+    alignas(16) float v[4];
+    const float* w = table + size_t(pos / 2) * pair + (pos % 2) * 4;
+    Store4(v, TapSum<kStep, kTaps>(in + offset[pos], w, taps));
+    for (int c = 0; c < 3; ++c) {
+      (kPlanar ? dst[c * plane + pos] : dst[3 * pos + c]) = ToByte(v[c]);
+    }
+  }
+}
 #endif
+
+// Calls fn.template operator()<n>() with n = taps for 1-5 (mild downscales
+// and upscales, unrolled), else n = 0 (taps at run time).
+template <typename Fn>
+void WithTaps(int taps, Fn fn) {
+  switch (taps) {
+    case 1:
+      return fn.template operator()<1>();
+    case 2:
+      return fn.template operator()<2>();
+    case 3:
+      return fn.template operator()<3>();
+    case 4:
+      return fn.template operator()<4>();
+    case 5:
+      return fn.template operator()<5>();
+    default:
+      return fn.template operator()<0>();
+  }
+}
 
 template <int kStep>
 void HorizontalRow(const float* in, const int* offset, const float* table, int taps, int out_w,
                    bool avx2, float* dst) {
+  WithTaps(taps, [&]<int kTaps>() {
 #ifdef SATURATE_RESIZE_AVX2
-#define SATURATE_HROW(n)                                                          \
-  return avx2 ? HorizontalRowNAvx2<kStep, n>(in, offset, table, taps, out_w, dst) \
-              : HorizontalRowN<kStep, n>(in, offset, table, taps, out_w, dst)
-#else
-#define SATURATE_HROW(n) return HorizontalRowN<kStep, n>(in, offset, table, taps, out_w, dst)
-  (void)avx2;
+    if (avx2) return HorizontalRowNAvx2<kStep, kTaps>(in, offset, table, taps, out_w, dst);
 #endif
-  switch (taps) {  // Mild downscales and upscales: 2-5 taps.
-    case 1:
-      SATURATE_HROW(1);
-    case 2:
-      SATURATE_HROW(2);
-    case 3:
-      SATURATE_HROW(3);
-    case 4:
-      SATURATE_HROW(4);
-    case 5:
-      SATURATE_HROW(5);
-    default:
-      SATURATE_HROW(0);
-  }
-#undef SATURATE_HROW
+    HorizontalRowN<kStep, kTaps>(in, offset, table, taps, out_w, dst);
+  });
+  (void)avx2;
 }
 
 // n RGB pixels at p as RGBX floats (X = 0) into quad.
@@ -505,12 +583,63 @@ void FloatsToBytes(const float* in, size_t n, uint8_t* dst) {
       [&](size_t i) { dst[i] = ToByte(in[i]); });
 }
 
+// Splits interleaved RGB bytes into three planes.
+void RgbToPlanes(const uint8_t* rgb, size_t pixels, uint8_t* r, uint8_t* g, uint8_t* b) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  // 32 pixels at a time. SSE2 has no byte shuffle; five rounds of byte
+  // interleaves of register j with j + 3 move byte p of the 96 to position
+  // 32p mod 95, i.e. channel c of pixel n to 32c + n (as OpenCV's
+  // _mm_deinterleave_epi8).
+  for (; i + 32 <= pixels; i += 32) {
+    __m128i v[6];
+    for (int j = 0; j < 6; ++j) {
+      v[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rgb + 3 * i + 16 * j));
+    }
+    for (int round = 0; round < 5; ++round) {
+      __m128i t[6];
+      for (int j = 0; j < 3; ++j) {
+        t[2 * j] = _mm_unpacklo_epi8(v[j], v[j + 3]);
+        t[2 * j + 1] = _mm_unpackhi_epi8(v[j], v[j + 3]);
+      }
+      for (int j = 0; j < 6; ++j) v[j] = t[j];
+    }
+    uint8_t* planes[3] = {r + i, g + i, b + i};
+    for (int j = 0; j < 6; ++j) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[j / 2] + 16 * (j % 2)), v[j]);
+    }
+  }
+#endif
+  for (; i < pixels; ++i) {
+    r[i] = rgb[3 * i];
+    g[i] = rgb[3 * i + 1];
+    b[i] = rgb[3 * i + 2];
+  }
+}
+
+// ResampleBox's output rows: interleaved RGB rows, or (plane != 0) rows of
+// three planes `plane` bytes apart, which get each row through an RGB
+// scratch row.
+struct OutRows {
+  uint8_t* out;
+  int out_w;
+  size_t plane;
+  uint8_t* scratch;  // out_w * 3 bytes, if plane != 0
+  // Where row y's RGB bytes go; Done(y) then moves them into place.
+  uint8_t* Rgb(int y) const { return plane != 0 ? scratch : out + size_t(out_w) * 3 * y; }
+  void Done(int y) const {
+    if (plane == 0) return;
+    uint8_t* r = out + size_t(out_w) * y;
+    RgbToPlanes(scratch, size_t(out_w), r, r + plane, r + 2 * plane);
+  }
+};
+
 // Resizes the source box [bx0, bx0 + bw) x [by0, by0 + bh) (fractional,
-// in pixels of `src`) of an RGB8 image to out_w x out_h. Taps stay inside
-// [cx0, cx1) x [cy0, cy1).
+// in pixels of `src`) of an RGB8 image to out_w x out_h, interleaved or
+// (`planar`) as three planes. Taps stay inside [cx0, cx1) x [cy0, cy1).
 void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, double by0,
                  double bh, int cx0, int cx1, int cy0, int cy1, int out_w, int out_h, bool hflip,
-                 uint8_t* out, DecodeScratch::Impl& s) {
+                 uint8_t* out, bool planar, DecodeScratch::Impl& s) {
   AxisTaps& xt = s.x_taps;
   AxisTaps& yt = s.y_taps;
   ComputeTaps(bx0, bx0 + bw, cx0, cx1, out_w, &xt);
@@ -534,6 +663,8 @@ void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, d
   int* x_offset = Grow(s.x_offset, out_w);
   HorizontalTable(xt, out_w, x_taps, hflip, col_lo, h_first ? 4 : 3, xw, x_offset);
   VerticalTable(yt, out_h, y_taps, yw);
+  const size_t plane = planar ? size_t(out_w) * out_h : 0;
+  const OutRows rows{out, out_w, plane, planar ? Grow(s.out_row, out_row) : nullptr};
   // Padded taps read up to x_taps - 1 pixels past col_hi: the rows they
   // read get that many zero pixels of slack (zero weight times a finite
   // value), plus the 4th lane of the last one.
@@ -551,7 +682,8 @@ void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, d
         HorizontalRow<4>(quad, x_offset, xw, x_taps, out_w, avx2, mid + out_row * (done - row_lo));
       }
       VerticalFloatsToBytes(mid + out_row * (yt.first[y] - row_lo), out_row,
-                            yw + size_t(y) * y_taps * 4, yt.count[y], out_row, out + out_row * y);
+                            yw + size_t(y) * y_taps * 4, yt.count[y], out_row, rows.Rgb(y));
+      rows.Done(y);
     }
     return;
   }
@@ -574,8 +706,23 @@ void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, d
 #else
     VerticalBytesToFloats(first, src_stride, w, yt.count[y], mid_row, row);
 #endif
+#ifdef SATURATE_RESIZE_AVX2
+    if (avx2) {  // Straight to bytes, in either layout.
+      WithTaps(x_taps, [&]<int kTaps>() {
+        if (planar) {
+          HorizontalRowBytesAvx2<3, kTaps, true>(row, x_offset, xw, x_taps, out_w,
+                                                 out + size_t(out_w) * y, plane);
+        } else {
+          HorizontalRowBytesAvx2<3, kTaps, false>(row, x_offset, xw, x_taps, out_w,
+                                                  out + out_row * y, 0);
+        }
+      });
+      continue;
+    }
+#endif
     HorizontalRow<3>(row, x_offset, xw, x_taps, out_w, avx2, hrow);
-    FloatsToBytes(hrow, out_row, out + out_row * y);
+    FloatsToBytes(hrow, out_row, rows.Rgb(y));
+    rows.Done(y);
   }
 }
 
@@ -742,9 +889,9 @@ McuRange RangeAround(const McuGrid& g, int width, int height, int scale, double 
 }
 
 // Decodes the crop's region of a JPEG at a planned DCT scale into s.pixels
-// and resizes it into out_rgb.
+// and resizes it into out.
 Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, int out_w,
-                      int out_h, uint8_t* out_rgb, DecodeScratch::Impl& s) {
+                      int out_h, uint8_t* out, bool planar, DecodeScratch::Impl& s) {
   jpeg_decompress_struct& c = s.cinfo;
   const auto* data = reinterpret_cast<const unsigned char*>(encoded.data());
   if (!s.jpeg_created) {
@@ -858,12 +1005,12 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
   const int cx1 = std::min(cw, static_cast<int>(std::ceil(fx1 - col0)));
   const int cy1 = std::min(ch, static_cast<int>(std::ceil(fy1 - row0)));
   ResampleBox(px, rgb_row, bx0, fx1 - fx0, by0, fy1 - fy0, cx0, cx1, cy0, cy1, out_w, out_h, hflip,
-              out_rgb, s);
+              out, planar, s);
   return Status::OK();
 }
 
 Status DecodePngCrop(std::span<const std::byte> encoded, CropPlanner& planner, int out_w, int out_h,
-                     uint8_t* out_rgb, DecodeScratch::Impl& s) {
+                     uint8_t* out, bool planar, DecodeScratch::Impl& s) {
   PngReader r;
   if (!png_image_begin_read_from_memory(&r.image, encoded.data(), encoded.size())) {
     return r.Error();
@@ -886,7 +1033,8 @@ Status DecodePngCrop(std::span<const std::byte> encoded, CropPlanner& planner, i
   s.last_decoded_width = width;
   s.last_decoded_height = height;
   ResampleBox(px, size_t(width) * 3, crop.x, crop.width, crop.y, crop.height, crop.x,
-              crop.x + crop.width, crop.y, crop.y + crop.height, out_w, out_h, hflip, out_rgb, s);
+              crop.x + crop.width, crop.y, crop.y + crop.height, out_w, out_h, hflip, out, planar,
+              s);
   return Status::OK();
 }
 
@@ -914,40 +1062,6 @@ inline uint16_t BFloat16Bits(float f) {
   const uint32_t w = std::bit_cast<uint32_t>(f);
   if ((w & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((w >> 16) | 0x0040u);  // NaN
   return static_cast<uint16_t>((w + 0x7FFFu + ((w >> 16) & 1u)) >> 16);
-}
-
-// Splits interleaved RGB bytes into three planes.
-void RgbToPlanes(const uint8_t* rgb, size_t pixels, uint8_t* r, uint8_t* g, uint8_t* b) {
-  size_t i = 0;
-#if defined(__SSE2__)
-  // 32 pixels at a time. SSE2 has no byte shuffle; five rounds of byte
-  // interleaves of register j with j + 3 move byte p of the 96 to position
-  // 32p mod 95, i.e. channel c of pixel n to 32c + n (as OpenCV's
-  // _mm_deinterleave_epi8).
-  for (; i + 32 <= pixels; i += 32) {
-    __m128i v[6];
-    for (int j = 0; j < 6; ++j) {
-      v[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rgb + 3 * i + 16 * j));
-    }
-    for (int round = 0; round < 5; ++round) {
-      __m128i t[6];
-      for (int j = 0; j < 3; ++j) {
-        t[2 * j] = _mm_unpacklo_epi8(v[j], v[j + 3]);
-        t[2 * j + 1] = _mm_unpackhi_epi8(v[j], v[j + 3]);
-      }
-      for (int j = 0; j < 6; ++j) v[j] = t[j];
-    }
-    uint8_t* planes[3] = {r + i, g + i, b + i};
-    for (int j = 0; j < 6; ++j) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[j / 2] + 16 * (j % 2)), v[j]);
-    }
-  }
-#endif
-  for (; i < pixels; ++i) {
-    r[i] = rgb[3 * i];
-    g[i] = rgb[3 * i + 1];
-    b[i] = rgb[3 * i + 2];
-  }
 }
 
 // out = x * scale[c] + bias[c], as float or half, in HWC or CHW.
@@ -984,7 +1098,7 @@ size_t DecodeScratch::CapacityBytes() const {
   return CapacityOf(s.pixels) + CapacityOf(s.x_taps.first) + CapacityOf(s.x_taps.count) +
          CapacityOf(s.x_taps.weights) + CapacityOf(s.y_taps.first) + CapacityOf(s.y_taps.count) +
          CapacityOf(s.y_taps.weights) + CapacityOf(s.x_table) + CapacityOf(s.y_table) +
-         CapacityOf(s.x_offset) + CapacityOf(s.mid) + CapacityOf(s.quad) +
+         CapacityOf(s.x_offset) + CapacityOf(s.mid) + CapacityOf(s.quad) + CapacityOf(s.out_row) +
          CapacityOf(s.mcu_starts) + CapacityOf(s.roi_jpeg);
 }
 void DecodeScratch::set_only_fast_dct_scales(bool only_fast) {
@@ -1056,18 +1170,19 @@ CropRect ResizeThenCenterCropRect(int width, int height, int resize_shorter, int
 }
 
 Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner, int out_width,
-                        int out_height, uint8_t* out_rgb, DecodeScratch* scratch) {
-  if (out_width <= 0 || out_height <= 0 || out_rgb == nullptr || scratch == nullptr) {
+                        int out_height, uint8_t* out, DecodeScratch* scratch, Layout layout) {
+  if (out_width <= 0 || out_height <= 0 || out == nullptr || scratch == nullptr) {
     return Status::InvalidArgument("DecodeCropResize: bad output " + std::to_string(out_width) +
                                    "x" + std::to_string(out_height));
   }
   SATURATE_RETURN_IF_ERROR(CheckSize(out_width, out_height));
   DecodeScratch::Impl& s = scratch->impl();
+  const bool planar = layout == Layout::kCHW;
   switch (SniffFormat(encoded)) {
     case ImageFormat::kJpeg:
-      return DecodeJpegCrop(encoded, planner, out_width, out_height, out_rgb, s);
+      return DecodeJpegCrop(encoded, planner, out_width, out_height, out, planar, s);
     case ImageFormat::kPng:
-      return DecodePngCrop(encoded, planner, out_width, out_height, out_rgb, s);
+      return DecodePngCrop(encoded, planner, out_width, out_height, out, planar, s);
     case ImageFormat::kUnknown:
       break;
   }
@@ -1076,7 +1191,8 @@ Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner
 }
 
 Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop, int out_width,
-                        int out_height, bool hflip, uint8_t* out_rgb, DecodeScratch* scratch) {
+                        int out_height, bool hflip, uint8_t* out, DecodeScratch* scratch,
+                        Layout layout) {
   struct Fixed : CropPlanner {
     CropRect rect;
     bool flip;
@@ -1087,18 +1203,19 @@ Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop
   } fixed;
   fixed.rect = crop;
   fixed.flip = hflip;
-  return DecodeCropResize(encoded, fixed, out_width, out_height, out_rgb, scratch);
+  return DecodeCropResize(encoded, fixed, out_width, out_height, out, scratch, layout);
 }
 
 void CropResizeRgb(const uint8_t* rgb, int width, int height, const CropRect& crop, int out_width,
-                   int out_height, bool hflip, uint8_t* out_rgb, DecodeScratch* scratch) {
-  if (rgb == nullptr || out_rgb == nullptr || scratch == nullptr || out_width <= 0 ||
-      out_height <= 0 || !CropInside(crop, width, height)) {
+                   int out_height, bool hflip, uint8_t* out, DecodeScratch* scratch,
+                   Layout layout) {
+  if (rgb == nullptr || out == nullptr || scratch == nullptr || out_width <= 0 || out_height <= 0 ||
+      !CropInside(crop, width, height)) {
     return;
   }
   ResampleBox(rgb, size_t(width) * 3, crop.x, crop.width, crop.y, crop.height, crop.x,
-              crop.x + crop.width, crop.y, crop.y + crop.height, out_width, out_height, hflip,
-              out_rgb, scratch->impl());
+              crop.x + crop.width, crop.y, crop.y + crop.height, out_width, out_height, hflip, out,
+              layout == Layout::kCHW, scratch->impl());
 }
 
 void DisableAvx2ResizeForTesting(bool disable) { g_avx2_disabled = disable; }

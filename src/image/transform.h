@@ -108,10 +108,14 @@ class DecodeScratch {
   std::unique_ptr<Impl> impl_;
 };
 
+// Pixel layout of an image: interleaved RGB rows (HWC), or three planes
+// R, G and B of height x width each (CHW).
+enum class Layout { kHWC, kCHW };
+
 // Decodes the `crop` of a JPEG or PNG (source pixel coordinates; must lie
 // inside the image) and resizes it to out_width x out_height with
-// CropResizeRgb's filter, mirrored left-right if `hflip`, into out_rgb
-// (interleaved RGB8, row-major, out_width * out_height * 3 bytes).
+// CropResizeRgb's filter, mirrored left-right if `hflip`, into `out`
+// (RGB8 in `layout`, out_width * out_height * 3 bytes).
 //
 // For JPEG the decode is planned from the crop: the smallest DCT scale s/8
 // at which the crop still has at least out_width x out_height pixels (see
@@ -124,7 +128,8 @@ class DecodeScratch {
 // become RGB; PNG alpha is composited onto black (as DecodeRgb). PNG is
 // decoded in full, then cropped.
 Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop, int out_width,
-                        int out_height, bool hflip, uint8_t* out_rgb, DecodeScratch* scratch);
+                        int out_height, bool hflip, uint8_t* out, DecodeScratch* scratch,
+                        Layout layout = Layout::kHWC);
 
 // Chooses the crop (and flip) once the image size is known, so a random
 // crop needs only the one header read that the decode does anyway.
@@ -137,23 +142,25 @@ class CropPlanner {
 
 // As above, with the crop and flip decided by `planner` after the header.
 Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner, int out_width,
-                        int out_height, uint8_t* out_rgb, DecodeScratch* scratch);
+                        int out_height, uint8_t* out, DecodeScratch* scratch,
+                        Layout layout = Layout::kHWC);
 
 // Resizes the `crop` of interleaved RGB8 pixels (width x height) to
 // out_width x out_height with an antialiased bilinear (triangle) filter whose
 // support widens with the reduction factor: PIL's Image.resize(BILINEAR)
 // and torchvision's resize(antialias=True), computed in float. Taps never
-// reach outside the crop. Mirrored left-right if `hflip`. Out-of-range
-// arguments are clamped/ignored as a no-op: callers validate.
+// reach outside the crop. Mirrored left-right if `hflip`. Writes RGB8 in
+// `layout` to `out`. Out-of-range arguments are clamped/ignored as a no-op:
+// callers validate.
 void CropResizeRgb(const uint8_t* rgb, int width, int height, const CropRect& crop, int out_width,
-                   int out_height, bool hflip, uint8_t* out_rgb, DecodeScratch* scratch);
+                   int out_height, bool hflip, uint8_t* out, DecodeScratch* scratch,
+                   Layout layout = Layout::kHWC);
 
 // Tests only: when true, the resampler uses its SSE2 loops even on an AVX2
 // CPU, so tests can check that both give the same bytes. Not thread-safe
 // against concurrent resizing.
 void DisableAvx2ResizeForTesting(bool disable);
 
-enum class Layout { kHWC, kCHW };
 enum class PixelType { kUInt8, kFloat32, kFloat16, kBFloat16 };
 inline size_t PixelTypeSize(PixelType type) {
   return type == PixelType::kUInt8 ? 1 : type == PixelType::kFloat32 ? 4 : 2;

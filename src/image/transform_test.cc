@@ -486,6 +486,36 @@ TEST(CropResizeRgbTest, Avx2AndSse2PathsGiveTheSameBytes) {
   }
 }
 
+// CHW output is the HWC output split into planes, on both paths (the AVX2
+// one writes the planes itself), for upscales and downscales.
+TEST(CropResizeRgbTest, ChwIsHwcSplitIntoPlanes) {
+  std::mt19937 rng(12);
+  DecodeScratch scratch;
+  for (bool avx2 : {true, false}) {
+    DisableAvx2ResizeForTesting(!avx2);
+    for (int i = 0; i < 150; ++i) {
+      const int w = 8 + int(rng() % 400), h = 8 + int(rng() % 300);
+      std::vector<uint8_t> rgb(size_t(w) * h * 3);
+      for (uint8_t& v : rgb) v = static_cast<uint8_t>(rng());
+      CropRect crop;
+      crop.width = 1 + int(rng() % w);
+      crop.height = 1 + int(rng() % h);
+      crop.x = int(rng() % (w - crop.width + 1));
+      crop.y = int(rng() % (h - crop.height + 1));
+      const int ow = 1 + int(rng() % 300), oh = 1 + int(rng() % 300);
+      const bool flip = rng() % 2;
+      std::vector<uint8_t> hwc(size_t(ow) * oh * 3), want(hwc.size()), chw(hwc.size());
+      CropResizeRgb(rgb.data(), w, h, crop, ow, oh, flip, hwc.data(), &scratch);
+      ConvertPixels(hwc.data(), oh, ow, nullptr, nullptr, Layout::kCHW, PixelType::kUInt8,
+                    want.data());
+      CropResizeRgb(rgb.data(), w, h, crop, ow, oh, flip, chw.data(), &scratch, Layout::kCHW);
+      ASSERT_EQ(chw, want) << (avx2 ? "AVX2" : "SSE2") << " case " << i << ": " << w << "x" << h
+                           << " -> " << ow << "x" << oh;
+    }
+  }
+  DisableAvx2ResizeForTesting(false);
+}
+
 TEST(ConvertPixelsTest, UInt8Layouts) {
   const std::vector<uint8_t> px = TinyImage();
   std::vector<uint8_t> hwc(12), chw(12);

@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "saturate/base/status.h"
@@ -82,8 +83,16 @@ class Dataset {
   // number inside it and its byte offset.
   Result<Record> Get(uint64_t index) const;
 
+  // Hints that Get(index) comes soon: for a memory-mapped dataset, starts
+  // loading the record's first max_bytes into the CPU caches. Small records
+  // read in random order are otherwise bound by memory latency. Does
+  // nothing for an index out of range.
+  void Prefetch(uint64_t index, uint64_t max_bytes) const;
+
  private:
   struct Shard;
+  // The shard holding record `index` (< size()) and the index within it.
+  std::pair<const Shard*, uint64_t> Locate(uint64_t index) const;
   Dataset(std::string dir, Manifest manifest, ReaderOptions options);
 
   std::string dir_;
