@@ -848,27 +848,38 @@ struct McuRange {
 
 // Writes into `out` a JPEG of the MCUs `range` of `jpeg` (a width x height
 // image indexed by IndexMcus, header ending at starts[0]): the same header
-// with the new size, then the chosen segments, renumbered.
-bool CutMcus(const uint8_t* jpeg, const std::vector<uint32_t>& starts, const McuGrid& g, int width,
-             int height, const McuRange& range, std::vector<uint8_t>* out) {
+// with the new size, then the chosen segments, renumbered. Returns its size
+// (out only grows), or 0 if the header is not one it can rewrite.
+size_t CutMcus(const uint8_t* jpeg, const std::vector<uint32_t>& starts, const McuGrid& g,
+               int width, int height, const McuRange& range, std::vector<uint8_t>* out) {
   const size_t header = starts[0];
   const size_t sof = FindBaselineSof(jpeg, header, width, height);
-  if (sof == 0) return false;
-  out->assign(jpeg, jpeg + header);
-  (*out)[sof + 5] = static_cast<uint8_t>(range.height >> 8);
-  (*out)[sof + 6] = static_cast<uint8_t>(range.height);
-  (*out)[sof + 7] = static_cast<uint8_t>(range.width >> 8);
-  (*out)[sof + 8] = static_cast<uint8_t>(range.width);
+  if (sof == 0) return 0;
+  // A row's MCUs are adjacent in the source, each followed by its marker:
+  // one copy per row, then the markers renumbered from RST0; the last one
+  // becomes the EOI.
+  auto first = [&](int r) { return size_t(r) * g.mcus_x + range.c0; };
+  auto end = [&](int r) { return size_t(r) * g.mcus_x + range.c1; };
+  size_t bytes = header;
+  for (int r = range.r0; r < range.r1; ++r) bytes += starts[end(r)] - starts[first(r)];
+  uint8_t* dst = Grow(*out, bytes);
+  std::memcpy(dst, jpeg, header);
+  dst[sof + 5] = static_cast<uint8_t>(range.height >> 8);
+  dst[sof + 6] = static_cast<uint8_t>(range.height);
+  dst[sof + 7] = static_cast<uint8_t>(range.width >> 8);
+  dst[sof + 8] = static_cast<uint8_t>(range.width);
+  uint8_t* d = dst + header;
   int n = 0;
   for (int r = range.r0; r < range.r1; ++r) {
-    for (int col = range.c0; col < range.c1; ++col, ++n) {
-      if (n > 0) out->insert(out->end(), {0xFF, static_cast<uint8_t>(0xD0 + (n - 1) % 8)});
-      const size_t k = size_t(r) * g.mcus_x + col;
-      out->insert(out->end(), jpeg + starts[k], jpeg + starts[k + 1] - 2);
+    const size_t base = starts[first(r)];
+    std::memcpy(d, jpeg + base, starts[end(r)] - base);
+    for (size_t k = first(r); k < end(r); ++k, ++n) {
+      d[starts[k + 1] - 1 - base] = static_cast<uint8_t>(0xD0 + n % 8);
     }
+    d += starts[end(r)] - base;
   }
-  out->insert(out->end(), {0xFF, 0xD9});
-  return true;
+  d[-1] = 0xD9;  // FF D9: EOI
+  return bytes;
 }
 
 // The MCUs covering the whole scaled pixels of the crop [fx0, fx1) x
@@ -939,11 +950,12 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
     const bool whole = r.c0 == 0 && r.r0 == 0 && r.c1 == grid->mcus_x && r.r1 == grid->mcus_y;
     const size_t start = encoded.size() - c.src->bytes_in_buffer;  // after SOS
     const size_t mcus_needed = size_t(r.r1 - 1) * grid->mcus_x + r.c1;
+    size_t cut_bytes = 0;
     if (!whole && IndexMcus(data, encoded.size(), start, mcus_needed, &s.mcu_starts) &&
-        CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg)) {
+        (cut_bytes = CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg)) > 0) {
       jpeg_abort_decompress(&c);
       if (!Guarded(s.err, [&] {
-            jpeg_mem_src(&c, s.roi_jpeg.data(), s.roi_jpeg.size());
+            jpeg_mem_src(&c, s.roi_jpeg.data(), cut_bytes);
             jpeg_read_header(&c, TRUE);
           })) {
         return s.JpegError();
