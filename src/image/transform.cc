@@ -572,6 +572,50 @@ void VerticalFloatsToBytes(const float* first, size_t stride, const float* w, in
       });
 }
 
+#ifdef SATURATE_RESIZE_AVX2
+// WidenRow, 4 pixels at a time (16-byte loads that stay within the row).
+SATURATE_TARGET_AVX2 void WidenRowAvx2(const uint8_t* p, int n, float* quad) {
+  const __m128i spread = _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
+  int i = 0;
+  for (; i + 5 < n; i += 4) {  // 3 * i + 16 <= 3 * n
+    const __m128i rgbx =
+        _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 3 * i)), spread);
+    float* d = quad + size_t(i) * 4;
+    _mm256_storeu_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rgbx)));
+    _mm256_storeu_ps(d + 8, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(rgbx, 8))));
+  }
+  if (i < n) WidenRow(p + 3 * i, n - i, quad + size_t(i) * 4);
+}
+
+// VerticalFloatsToBytes, 32 values at a time.
+SATURATE_TARGET_AVX2 void VerticalFloatsToBytesAvx2(const float* first, size_t stride,
+                                                    const float* w, int n, size_t len,
+                                                    uint8_t* dst) {
+  if (len < 32) return VerticalFloatsToBytes(first, stride, w, n, len, dst);
+  for (size_t i = 0;; i += 32) {
+    i = std::min(i, len - 32);  // A ragged end is redone as the last 32.
+    const __m256 w0 = _mm256_broadcast_ss(w);
+    __m256 a[4];
+    for (int j = 0; j < 4; ++j) a[j] = _mm256_mul_ps(w0, _mm256_loadu_ps(first + i + 8 * j));
+    for (int k = 1; k < n; ++k) {
+      const float* row = first + stride * k + i;
+      const __m256 wk = _mm256_broadcast_ss(w + 4 * k);
+      for (int j = 0; j < 4; ++j) {
+        a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(wk, _mm256_loadu_ps(row + 8 * j)));
+      }
+    }
+    // Packs work per 128-bit half: the 4-byte groups come out in the order
+    // 0 2 4 6 1 3 5 7; the permute restores it.
+    const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(ToInt8(a[0]), ToInt8(a[1])),
+                                              _mm256_packs_epi32(ToInt8(a[2]), ToInt8(a[3])));
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(dst + i),
+        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    if (i + 32 == len) break;
+  }
+}
+#endif
+
 // ToByte of n floats into dst.
 void FloatsToBytes(const float* in, size_t n, uint8_t* dst) {
   ForEach16(
@@ -678,11 +722,29 @@ void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, d
     int done = row_lo;
     for (int y = 0; y < out_h; ++y) {
       for (const int need = yt.first[y] + yt.count[y]; done < need; ++done) {
-        WidenRow(src + src_stride * done + size_t(col_lo) * 3, cols, quad);
+        const uint8_t* from = src + src_stride * done + size_t(col_lo) * 3;
+#ifdef SATURATE_RESIZE_AVX2
+        if (avx2) {
+          WidenRowAvx2(from, cols, quad);
+        } else {
+          WidenRow(from, cols, quad);
+        }
+#else
+        WidenRow(from, cols, quad);
+#endif
         HorizontalRow<4>(quad, x_offset, xw, x_taps, out_w, avx2, mid + out_row * (done - row_lo));
       }
-      VerticalFloatsToBytes(mid + out_row * (yt.first[y] - row_lo), out_row,
-                            yw + size_t(y) * y_taps * 4, yt.count[y], out_row, rows.Rgb(y));
+      const float* first = mid + out_row * (yt.first[y] - row_lo);
+      const float* w = yw + size_t(y) * y_taps * 4;
+#ifdef SATURATE_RESIZE_AVX2
+      if (avx2) {
+        VerticalFloatsToBytesAvx2(first, out_row, w, yt.count[y], out_row, rows.Rgb(y));
+      } else {
+        VerticalFloatsToBytes(first, out_row, w, yt.count[y], out_row, rows.Rgb(y));
+      }
+#else
+      VerticalFloatsToBytes(first, out_row, w, yt.count[y], out_row, rows.Rgb(y));
+#endif
       rows.Done(y);
     }
     return;
