@@ -854,6 +854,21 @@ std::optional<McuGrid> RestartGrid(const jpeg_decompress_struct& c) {
   return g;
 }
 
+// The first 0xFF in p[i, size), or size. Markers come every few dozen
+// bytes here, so an inline 16-byte scan beats a memchr call per marker.
+inline size_t NextFF(const uint8_t* p, size_t i, size_t size) {
+#if defined(__SSE2__)
+  const __m128i ff = _mm_set1_epi8(static_cast<char>(0xFF));
+  for (; i + 16 <= size; i += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+    const int hits = _mm_movemask_epi8(_mm_cmpeq_epi8(v, ff));
+    if (hits != 0) return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(hits)));
+  }
+#endif
+  while (i < size && p[i] != 0xFF) ++i;
+  return i;
+}
+
 // Records where the entropy-coded segments of MCUs 0..count-1 start (and,
 // as entry `count`, the end of the last one plus 2, as if a marker followed).
 // False unless the data is a run of segments separated by RST0..RST7 in order.
@@ -864,9 +879,8 @@ bool IndexMcus(const uint8_t* p, size_t size, size_t start, size_t count,
   starts->push_back(static_cast<uint32_t>(start));
   size_t i = start;
   while (starts->size() <= count) {
-    const auto* ff = static_cast<const uint8_t*>(std::memchr(p + i, 0xFF, size - i));
-    if (ff == nullptr || ff + 1 >= p + size) return false;
-    const size_t j = static_cast<size_t>(ff - p);
+    const size_t j = NextFF(p, i, size);
+    if (j + 1 >= size) return false;
     const uint8_t marker = p[j + 1];
     if (marker == 0x00) {  // a stuffed 0xFF data byte
       i = j + 2;
