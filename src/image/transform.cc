@@ -547,6 +547,29 @@ SATURATE_TARGET_AVX2 void VerticalBytesToFloatsAvx2(const uint8_t* first, size_t
     if (i + 16 == len) break;
   }
 }
+
+// VerticalBytesToFloatsAvx2 for a tap count known at compile time (the
+// weights stay in registers), 32 values at a time.
+template <int kTaps>
+SATURATE_TARGET_AVX2 void VerticalBytesToFloatsAvx2N(const uint8_t* first, size_t stride,
+                                                     const float* w, size_t len, float* dst) {
+  if (len < 32) return VerticalBytesToFloatsAvx2(first, stride, w, kTaps, len, dst);
+  __m256 wk[kTaps];
+  for (int k = 0; k < kTaps; ++k) wk[k] = _mm256_broadcast_ss(w + 4 * k);
+  for (size_t i = 0;; i += 32) {
+    i = std::min(i, len - 32);  // A ragged end is redone as the last 32.
+    __m256 a[4];
+    for (int j = 0; j < 4; ++j) a[j] = _mm256_mul_ps(wk[0], Widen8Avx2(first + i + 8 * j));
+    for (int k = 1; k < kTaps; ++k) {
+      const uint8_t* row = first + stride * k + i;
+      for (int j = 0; j < 4; ++j) {
+        a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(wk[k], Widen8Avx2(row + 8 * j)));
+      }
+    }
+    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(dst + i + 8 * j, a[j]);
+    if (i + 32 == len) break;
+  }
+}
 #endif
 
 // Floats (horizontal-first intermediate rows) to output bytes.
@@ -761,7 +784,13 @@ void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, d
     const float* w = yw + size_t(y) * y_taps * 4;
 #ifdef SATURATE_RESIZE_AVX2
     if (avx2) {
-      VerticalBytesToFloatsAvx2(first, src_stride, w, yt.count[y], mid_row, row);
+      WithTaps(yt.count[y], [&]<int kTaps>() {
+        if constexpr (kTaps > 0) {
+          VerticalBytesToFloatsAvx2N<kTaps>(first, src_stride, w, mid_row, row);
+        } else {
+          VerticalBytesToFloatsAvx2(first, src_stride, w, yt.count[y], mid_row, row);
+        }
+      });
     } else {
       VerticalBytesToFloats(first, src_stride, w, yt.count[y], mid_row, row);
     }
