@@ -684,6 +684,40 @@ void RgbToPlanes(const uint8_t* rgb, size_t pixels, uint8_t* r, uint8_t* g, uint
   }
 }
 
+// ---- Dispatch: each step's AVX2 loop if the CPU has it, else its 4-lane
+// twin (the same bytes).
+
+void Widen(bool avx2, const uint8_t* p, int n, float* quad) {
+#ifdef SATURATE_RESIZE_AVX2
+  if (avx2) return WidenRowAvx2(p, n, quad);
+#endif
+  (void)avx2;
+  WidenRow(p, n, quad);
+}
+
+void VerticalToFloats(bool avx2, const uint8_t* first, size_t stride, const float* w, int n,
+                      size_t len, float* dst) {
+#ifdef SATURATE_RESIZE_AVX2
+  if (avx2) {
+    return WithTaps(n, [&]<int kTaps>() {
+      if constexpr (kTaps > 0) return VerticalBytesToFloatsAvx2N<kTaps>(first, stride, w, len, dst);
+      VerticalBytesToFloatsAvx2(first, stride, w, n, len, dst);
+    });
+  }
+#endif
+  (void)avx2;
+  VerticalBytesToFloats(first, stride, w, n, len, dst);
+}
+
+void VerticalToBytes(bool avx2, const float* first, size_t stride, const float* w, int n,
+                     size_t len, uint8_t* dst) {
+#ifdef SATURATE_RESIZE_AVX2
+  if (avx2) return VerticalFloatsToBytesAvx2(first, stride, w, n, len, dst);
+#endif
+  (void)avx2;
+  VerticalFloatsToBytes(first, stride, w, n, len, dst);
+}
+
 // ResampleBox's output rows: interleaved RGB rows, or (plane != 0) rows of
 // three planes `plane` bytes apart, which get each row through an RGB
 // scratch row.
@@ -700,6 +734,28 @@ struct OutRows {
     RgbToPlanes(scratch, size_t(out_w), r, r + plane, r + 2 * plane);
   }
 };
+
+// Output row y from a vertical-first float row (RGB, kStep 3): the
+// horizontal pass and the conversion to bytes, in one go with AVX2, else
+// through `hrow` (out_w * 3 + 1 floats).
+void HorizontalToBytes(bool avx2, const float* row, const int* offset, const float* table, int taps,
+                       const OutRows& rows, int y, float* hrow) {
+  const int out_w = rows.out_w;
+#ifdef SATURATE_RESIZE_AVX2
+  if (avx2) {
+    return WithTaps(taps, [&]<int kTaps>() {
+      if (rows.plane != 0) {
+        return HorizontalRowBytesAvx2<3, kTaps, true>(row, offset, table, taps, out_w,
+                                                      rows.out + size_t(out_w) * y, rows.plane);
+      }
+      HorizontalRowBytesAvx2<3, kTaps, false>(row, offset, table, taps, out_w, rows.Rgb(y), 0);
+    });
+  }
+#endif
+  HorizontalRow<3>(row, offset, table, taps, out_w, avx2, hrow);
+  FloatsToBytes(hrow, size_t(out_w) * 3, rows.Rgb(y));
+  rows.Done(y);
+}
 
 // Resizes the source box [bx0, bx0 + bw) x [by0, by0 + bh) (fractional,
 // in pixels of `src`) of an RGB8 image to out_w x out_h, interleaved or
@@ -730,8 +786,8 @@ void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, d
   int* x_offset = Grow(s.x_offset, out_w);
   HorizontalTable(xt, out_w, x_taps, hflip, col_lo, h_first ? 4 : 3, xw, x_offset);
   VerticalTable(yt, out_h, y_taps, yw);
-  const size_t plane = planar ? size_t(out_w) * out_h : 0;
-  const OutRows rows{out, out_w, plane, planar ? Grow(s.out_row, out_row) : nullptr};
+  const OutRows rows{out, out_w, planar ? size_t(out_w) * out_h : 0,
+                     planar ? Grow(s.out_row, out_row) : nullptr};
   // Padded taps read up to x_taps - 1 pixels past col_hi: the rows they
   // read get that many zero pixels of slack (zero weight times a finite
   // value), plus the 4th lane of the last one.
@@ -745,29 +801,11 @@ void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, d
     int done = row_lo;
     for (int y = 0; y < out_h; ++y) {
       for (const int need = yt.first[y] + yt.count[y]; done < need; ++done) {
-        const uint8_t* from = src + src_stride * done + size_t(col_lo) * 3;
-#ifdef SATURATE_RESIZE_AVX2
-        if (avx2) {
-          WidenRowAvx2(from, cols, quad);
-        } else {
-          WidenRow(from, cols, quad);
-        }
-#else
-        WidenRow(from, cols, quad);
-#endif
+        Widen(avx2, src + src_stride * done + size_t(col_lo) * 3, cols, quad);
         HorizontalRow<4>(quad, x_offset, xw, x_taps, out_w, avx2, mid + out_row * (done - row_lo));
       }
-      const float* first = mid + out_row * (yt.first[y] - row_lo);
-      const float* w = yw + size_t(y) * y_taps * 4;
-#ifdef SATURATE_RESIZE_AVX2
-      if (avx2) {
-        VerticalFloatsToBytesAvx2(first, out_row, w, yt.count[y], out_row, rows.Rgb(y));
-      } else {
-        VerticalFloatsToBytes(first, out_row, w, yt.count[y], out_row, rows.Rgb(y));
-      }
-#else
-      VerticalFloatsToBytes(first, out_row, w, yt.count[y], out_row, rows.Rgb(y));
-#endif
+      VerticalToBytes(avx2, mid + out_row * (yt.first[y] - row_lo), out_row,
+                      yw + size_t(y) * y_taps * 4, yt.count[y], out_row, rows.Rgb(y));
       rows.Done(y);
     }
     return;
@@ -780,40 +818,9 @@ void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, d
   std::fill(row + mid_row, row + mid_row + size_t(x_taps) * 3 + 1, 0.0f);
   float* hrow = Grow(s.quad, out_row + 1);
   for (int y = 0; y < out_h; ++y) {
-    const uint8_t* first = src + src_stride * yt.first[y] + size_t(col_lo) * 3;
-    const float* w = yw + size_t(y) * y_taps * 4;
-#ifdef SATURATE_RESIZE_AVX2
-    if (avx2) {
-      WithTaps(yt.count[y], [&]<int kTaps>() {
-        if constexpr (kTaps > 0) {
-          VerticalBytesToFloatsAvx2N<kTaps>(first, src_stride, w, mid_row, row);
-        } else {
-          VerticalBytesToFloatsAvx2(first, src_stride, w, yt.count[y], mid_row, row);
-        }
-      });
-    } else {
-      VerticalBytesToFloats(first, src_stride, w, yt.count[y], mid_row, row);
-    }
-#else
-    VerticalBytesToFloats(first, src_stride, w, yt.count[y], mid_row, row);
-#endif
-#ifdef SATURATE_RESIZE_AVX2
-    if (avx2) {  // Straight to bytes, in either layout.
-      WithTaps(x_taps, [&]<int kTaps>() {
-        if (planar) {
-          HorizontalRowBytesAvx2<3, kTaps, true>(row, x_offset, xw, x_taps, out_w,
-                                                 out + size_t(out_w) * y, plane);
-        } else {
-          HorizontalRowBytesAvx2<3, kTaps, false>(row, x_offset, xw, x_taps, out_w,
-                                                  out + out_row * y, 0);
-        }
-      });
-      continue;
-    }
-#endif
-    HorizontalRow<3>(row, x_offset, xw, x_taps, out_w, avx2, hrow);
-    FloatsToBytes(hrow, out_row, rows.Rgb(y));
-    rows.Done(y);
+    VerticalToFloats(avx2, src + src_stride * yt.first[y] + size_t(col_lo) * 3, src_stride,
+                     yw + size_t(y) * y_taps * 4, yt.count[y], mid_row, row);
+    HorizontalToBytes(avx2, row, x_offset, xw, x_taps, rows, y, hrow);
   }
 }
 
