@@ -147,7 +147,8 @@ void ComputeTaps(double box_lo, double box_hi, int clip_lo, int clip_hi, int out
     }
     first[i] = lo + b;
     count[i] = e - b;
-    for (int k = b; k < e; ++k) w[k - b] = static_cast<float>(w[k] / total);
+    const double norm = 1.0 / total;  // a multiply per tap: divisions were half this function
+    for (int k = b; k < e; ++k) w[k - b] = static_cast<float>(w[k] * norm);
   }
 }
 
