@@ -235,9 +235,10 @@ inline void Store16Bytes(const F4 v[4], uint8_t* dst) {
 }
 #endif
 
-// The two hottest loops also have AVX2 (8-lane) versions, used if the CPU
-// has it. Plain AVX2, no FMA: every lane does the same mul and add as the
-// 4-lane code, in the same order, so all paths give the same bytes.
+// Every resampler loop also has an AVX2 (8-lane) version, used if the CPU
+// has it (see "Dispatch" below). Plain AVX2, no FMA: every lane does the
+// same mul and add as the 4-lane code, in the same order, so all paths give
+// the same bytes.
 bool g_avx2_disabled = false;  // DisableAvx2ResizeForTesting
 
 #ifdef SATURATE_RESIZE_AVX2
