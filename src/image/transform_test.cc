@@ -461,28 +461,49 @@ std::vector<uint8_t> TinyImage() {
   return px;
 }
 
+// A random resize: noise pixels, any crop, output size (upscales and
+// downscales, odd widths) and flip.
+struct ResizeCase {
+  int w, h;
+  std::vector<uint8_t> rgb;
+  CropRect crop;
+  int ow, oh;
+  bool flip;
+  std::string Name() const {
+    return std::to_string(w) + "x" + std::to_string(h) + " -> " + std::to_string(ow) + "x" +
+           std::to_string(oh);
+  }
+};
+
+ResizeCase RandomResizeCase(std::mt19937& rng) {
+  ResizeCase c;
+  c.w = 8 + int(rng() % 400);
+  c.h = 8 + int(rng() % 300);
+  c.rgb.resize(size_t(c.w) * c.h * 3);
+  for (uint8_t& v : c.rgb) v = static_cast<uint8_t>(rng());
+  c.crop.width = 1 + int(rng() % c.w);
+  c.crop.height = 1 + int(rng() % c.h);
+  c.crop.x = int(rng() % (c.w - c.crop.width + 1));
+  c.crop.y = int(rng() % (c.h - c.crop.height + 1));
+  c.ow = 1 + int(rng() % 300);
+  c.oh = 1 + int(rng() % 300);
+  c.flip = rng() % 2;
+  return c;
+}
+
 // The AVX2 and SSE2 loops do the same multiplies and adds in the same order,
 // so every crop, size and flip gives the same bytes on any x86-64 CPU.
 TEST(CropResizeRgbTest, Avx2AndSse2PathsGiveTheSameBytes) {
   std::mt19937 rng(11);
   DecodeScratch scratch;
   for (int i = 0; i < 300; ++i) {
-    const int w = 8 + int(rng() % 400), h = 8 + int(rng() % 300);
-    std::vector<uint8_t> rgb(size_t(w) * h * 3);
-    for (uint8_t& v : rgb) v = static_cast<uint8_t>(rng());
-    CropRect crop;
-    crop.width = 1 + int(rng() % w);
-    crop.height = 1 + int(rng() % h);
-    crop.x = int(rng() % (w - crop.width + 1));
-    crop.y = int(rng() % (h - crop.height + 1));
-    const int ow = 1 + int(rng() % 300), oh = 1 + int(rng() % 300);
-    const bool flip = rng() % 2;
-    std::vector<uint8_t> fast(size_t(ow) * oh * 3), sse2(fast.size());
-    CropResizeRgb(rgb.data(), w, h, crop, ow, oh, flip, fast.data(), &scratch);
+    const ResizeCase c = RandomResizeCase(rng);
+    std::vector<uint8_t> fast(size_t(c.ow) * c.oh * 3), sse2(fast.size());
+    CropResizeRgb(c.rgb.data(), c.w, c.h, c.crop, c.ow, c.oh, c.flip, fast.data(), &scratch);
     DisableAvx2ResizeForTesting(true);
-    CropResizeRgb(rgb.data(), w, h, crop, ow, oh, flip, sse2.data(), &scratch);
+    CropResizeRgb(c.rgb.data(), c.w, c.h, c.crop, c.ow, c.oh, c.flip, sse2.data(), &scratch);
     DisableAvx2ResizeForTesting(false);
-    ASSERT_EQ(fast, sse2) << "case " << i << ": " << w << "x" << h << " -> " << ow << "x" << oh;
+    ASSERT_EQ(fast, sse2) << "case " << i << ": " << c.Name();
   }
 }
 
@@ -494,23 +515,14 @@ TEST(CropResizeRgbTest, ChwIsHwcSplitIntoPlanes) {
   for (bool avx2 : {true, false}) {
     DisableAvx2ResizeForTesting(!avx2);
     for (int i = 0; i < 150; ++i) {
-      const int w = 8 + int(rng() % 400), h = 8 + int(rng() % 300);
-      std::vector<uint8_t> rgb(size_t(w) * h * 3);
-      for (uint8_t& v : rgb) v = static_cast<uint8_t>(rng());
-      CropRect crop;
-      crop.width = 1 + int(rng() % w);
-      crop.height = 1 + int(rng() % h);
-      crop.x = int(rng() % (w - crop.width + 1));
-      crop.y = int(rng() % (h - crop.height + 1));
-      const int ow = 1 + int(rng() % 300), oh = 1 + int(rng() % 300);
-      const bool flip = rng() % 2;
-      std::vector<uint8_t> hwc(size_t(ow) * oh * 3), want(hwc.size()), chw(hwc.size());
-      CropResizeRgb(rgb.data(), w, h, crop, ow, oh, flip, hwc.data(), &scratch);
-      ConvertPixels(hwc.data(), oh, ow, nullptr, nullptr, Layout::kCHW, PixelType::kUInt8,
+      const ResizeCase c = RandomResizeCase(rng);
+      std::vector<uint8_t> hwc(size_t(c.ow) * c.oh * 3), want(hwc.size()), chw(hwc.size());
+      CropResizeRgb(c.rgb.data(), c.w, c.h, c.crop, c.ow, c.oh, c.flip, hwc.data(), &scratch);
+      ConvertPixels(hwc.data(), c.oh, c.ow, nullptr, nullptr, Layout::kCHW, PixelType::kUInt8,
                     want.data());
-      CropResizeRgb(rgb.data(), w, h, crop, ow, oh, flip, chw.data(), &scratch, Layout::kCHW);
-      ASSERT_EQ(chw, want) << (avx2 ? "AVX2" : "SSE2") << " case " << i << ": " << w << "x" << h
-                           << " -> " << ow << "x" << oh;
+      CropResizeRgb(c.rgb.data(), c.w, c.h, c.crop, c.ow, c.oh, c.flip, chw.data(), &scratch,
+                    Layout::kCHW);
+      ASSERT_EQ(chw, want) << (avx2 ? "AVX2" : "SSE2") << " case " << i << ": " << c.Name();
     }
   }
   DisableAvx2ResizeForTesting(false);
