@@ -2,7 +2,8 @@
 // decode that pack and inspect run on untrusted files, and through the
 // loader's crop decode. A crop decode of the input and of its restart-marked
 // copy (AddJpegRestartMarkers, which the loader cuts to the crop's MCUs)
-// must give the same bytes.
+// must give the same bytes, and in CHW layout the same bytes split into
+// planes.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,7 @@ namespace {
 using saturate::image::CropRect;
 using saturate::image::DecodeCropResize;
 using saturate::image::DecodeScratch;
+using saturate::image::Layout;
 
 // A crop chosen from the input's last bytes, always inside the image.
 CropRect CropFor(const uint8_t* data, size_t size, int w, int h) {
@@ -47,6 +49,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!copy.ok() || !direct_ok) return 0;
   if (!DecodeCropResize(*copy, crop, out_w, out_h, false, marked.data(), &scratch).ok() ||
       marked != direct) {
+    __builtin_trap();
+  }
+  std::vector<uint8_t> planes(direct.size()), want(direct.size());
+  saturate::image::ConvertPixels(direct.data(), out_h, out_w, nullptr, nullptr, Layout::kCHW,
+                                 saturate::image::PixelType::kUInt8, want.data());
+  if (!DecodeCropResize(*copy, crop, out_w, out_h, false, planes.data(), &scratch, Layout::kCHW)
+           .ok() ||
+      planes != want) {
     __builtin_trap();
   }
   return 0;
