@@ -1,7 +1,6 @@
 #include "feed/sample_plan.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "feed/random.h"

@@ -380,6 +380,15 @@ SATURATE_TARGET_AVX2 inline __m256i ToInt8(__m256 v) {
       _mm256_min_ps(_mm256_add_ps(v, _mm256_set1_ps(0.5f)), _mm256_set1_ps(255.0f)));
 }
 
+// ToByte of 32 values (a[0] first) as 32 bytes in the same order. The packs
+// work per 128-bit half, leaving the 4-byte groups in the order
+// 0 2 4 6 1 3 5 7; the permute restores it.
+SATURATE_TARGET_AVX2 inline __m256i PackBytes(const __m256 a[4]) {
+  const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(ToInt8(a[0]), ToInt8(a[1])),
+                                            _mm256_packs_epi32(ToInt8(a[2]), ToInt8(a[3])));
+  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 // HorizontalRowNAvx2 followed by FloatsToBytes, without the float row in
 // between: 8 positions (4 pairs) at a time are packed to 24 bytes, written
 // as RGB at dst, or if kPlanar as R, G and B at dst, dst + plane and
@@ -389,36 +398,33 @@ SATURATE_TARGET_AVX2 void HorizontalRowBytesAvx2(const float* in, const int* off
                                                  const float* table, int taps, int out_w,
                                                  uint8_t* dst, size_t plane) {
   const size_t pair = size_t(taps) * kXTapStride;
-  // After the packs, the 8 pixels (RGBX bytes, one per 32-bit lane) are in
-  // the order 0 2 4 6 | 1 3 5 7 (128-bit halves). RGB: `order` sorts them,
-  // `compact` drops the Xs within each half. Planar: `transpose` makes each
-  // half R R R R G G G G B B B B, and byte interleaves of the two halves
-  // give the channels' 8 bytes in pixel order.
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  // The packed 8 pixels are RGBX bytes, 4 per 128-bit half. RGB: `compact`
+  // drops the Xs within each half. Planar: `transpose` makes each half
+  // R R R R G G G G B B B B, and 32-bit interleaves of the two halves give
+  // each channel's 8 bytes in pixel order.
   const __m256i compact = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,
                                            0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
   const __m256i transpose = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
                                              0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   int pos = 0;
   for (; pos + 8 <= out_w; pos += 8) {
-    __m256i q[4];
+    __m256 sums[4];
     for (int j = 0; j < 4; ++j) {
       const int p = pos + 2 * j;
-      q[j] = ToInt8(PairSum<kStep, kTaps>(in + offset[p], in + offset[p + 1],
-                                          table + size_t(p / 2) * pair, taps));
+      sums[j] = PairSum<kStep, kTaps>(in + offset[p], in + offset[p + 1],
+                                      table + size_t(p / 2) * pair, taps);
     }
-    const __m256i bytes =
-        _mm256_packus_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    const __m256i bytes = PackBytes(sums);
     if constexpr (kPlanar) {
       const __m256i t = _mm256_shuffle_epi8(bytes, transpose);
-      const __m128i even = _mm256_castsi256_si128(t), odd = _mm256_extracti128_si256(t, 1);
-      const __m128i rg = _mm_unpacklo_epi8(even, odd), b = _mm_unpackhi_epi8(even, odd);
+      const __m128i lo = _mm256_castsi256_si128(t), hi = _mm256_extracti128_si256(t, 1);
+      const __m128i rg = _mm_unpacklo_epi32(lo, hi), b = _mm_unpackhi_epi32(lo, hi);
       _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + pos), rg);
       _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + plane + pos), _mm_srli_si128(rg, 8));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + 2 * plane + pos), b);
       continue;
     }
-    const __m256i rgb = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(bytes, order), compact);
+    const __m256i rgb = _mm256_shuffle_epi8(bytes, compact);
     uint8_t* d = dst + 3 * pos;
     _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm256_castsi256_si128(rgb));
     // The second half's 4 spare bytes land on the next pixels, which are
@@ -530,42 +536,37 @@ SATURATE_TARGET_AVX2 inline __m256 Widen8Avx2(const uint8_t* p) {
       _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
-SATURATE_TARGET_AVX2 void VerticalBytesToFloatsAvx2(const uint8_t* first, size_t stride,
-                                                    const float* w, int n, size_t len, float* dst) {
-  if (len < 16) return VerticalBytesToFloats(first, stride, w, n, len, dst);
-  for (size_t i = 0;; i += 16) {
-    i = std::min(i, len - 16);  // A ragged end is redone as the last 16.
-    const __m256 w0 = _mm256_broadcast_ss(w);
-    __m256 a0 = _mm256_mul_ps(w0, Widen8Avx2(first + i));
-    __m256 a1 = _mm256_mul_ps(w0, Widen8Avx2(first + i + 8));
-    for (int k = 1; k < n; ++k) {
-      const uint8_t* row = first + stride * k + i;
-      const __m256 wk = _mm256_broadcast_ss(w + 4 * k);
-      a0 = _mm256_add_ps(a0, _mm256_mul_ps(wk, Widen8Avx2(row)));
-      a1 = _mm256_add_ps(a1, _mm256_mul_ps(wk, Widen8Avx2(row + 8)));
-    }
-    _mm256_storeu_ps(dst + i, a0);
-    _mm256_storeu_ps(dst + i + 8, a1);
-    if (i + 16 == len) break;
-  }
+// Weight k of a vertical tap row: from registers (wk) when the count is a
+// compile-time kTaps, else broadcast from w.
+template <int kTaps>
+SATURATE_TARGET_AVX2 inline __m256 TapWeight(const __m256* wk, const float* w, int k) {
+  if constexpr (kTaps > 0) return wk[k];
+  return _mm256_broadcast_ss(w + 4 * k);
 }
 
-// VerticalBytesToFloatsAvx2 for a tap count known at compile time (the
-// weights stay in registers), 32 values at a time.
+// VerticalBytesToFloats, 32 values at a time. A tap count known at compile
+// time (kTaps > 0) keeps the weights in registers: dst may alias w, so the
+// compiler would otherwise load them again for every 32 values.
 template <int kTaps>
-SATURATE_TARGET_AVX2 void VerticalBytesToFloatsAvx2N(const uint8_t* first, size_t stride,
-                                                     const float* w, size_t len, float* dst) {
-  if (len < 32) return VerticalBytesToFloatsAvx2(first, stride, w, kTaps, len, dst);
-  __m256 wk[kTaps];
-  for (int k = 0; k < kTaps; ++k) wk[k] = _mm256_broadcast_ss(w + 4 * k);
+SATURATE_TARGET_AVX2 void VerticalBytesToFloatsAvx2(const uint8_t* first, size_t stride,
+                                                    const float* w, int taps, size_t len,
+                                                    float* dst) {
+  const int n = kTaps > 0 ? kTaps : taps;
+  if (len < 32) return VerticalBytesToFloats(first, stride, w, n, len, dst);
+  __m256 wk[kTaps > 0 ? kTaps : 1];
+  if constexpr (kTaps > 0) {
+    for (int k = 0; k < kTaps; ++k) wk[k] = _mm256_broadcast_ss(w + 4 * k);
+  }
   for (size_t i = 0;; i += 32) {
     i = std::min(i, len - 32);  // A ragged end is redone as the last 32.
     __m256 a[4];
-    for (int j = 0; j < 4; ++j) a[j] = _mm256_mul_ps(wk[0], Widen8Avx2(first + i + 8 * j));
-    for (int k = 1; k < kTaps; ++k) {
+    const __m256 w0 = TapWeight<kTaps>(wk, w, 0);
+    for (int j = 0; j < 4; ++j) a[j] = _mm256_mul_ps(w0, Widen8Avx2(first + i + 8 * j));
+    for (int k = 1; k < n; ++k) {
+      const __m256 weight = TapWeight<kTaps>(wk, w, k);
       const uint8_t* row = first + stride * k + i;
       for (int j = 0; j < 4; ++j) {
-        a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(wk[k], Widen8Avx2(row + 8 * j)));
+        a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(weight, Widen8Avx2(row + 8 * j)));
       }
     }
     for (int j = 0; j < 4; ++j) _mm256_storeu_ps(dst + i + 8 * j, a[j]);
@@ -629,13 +630,7 @@ SATURATE_TARGET_AVX2 void VerticalFloatsToBytesAvx2(const float* first, size_t s
         a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(wk, _mm256_loadu_ps(row + 8 * j)));
       }
     }
-    // Packs work per 128-bit half: the 4-byte groups come out in the order
-    // 0 2 4 6 1 3 5 7; the permute restores it.
-    const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(ToInt8(a[0]), ToInt8(a[1])),
-                                              _mm256_packs_epi32(ToInt8(a[2]), ToInt8(a[3])));
-    _mm256_storeu_si256(
-        reinterpret_cast<__m256i*>(dst + i),
-        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), PackBytes(a));
     if (i + 32 == len) break;
   }
 }
@@ -701,10 +696,8 @@ void VerticalToFloats(bool avx2, const uint8_t* first, size_t stride, const floa
                       size_t len, float* dst) {
 #ifdef SATURATE_RESIZE_AVX2
   if (avx2) {
-    return WithTaps(n, [&]<int kTaps>() {
-      if constexpr (kTaps > 0) return VerticalBytesToFloatsAvx2N<kTaps>(first, stride, w, len, dst);
-      VerticalBytesToFloatsAvx2(first, stride, w, n, len, dst);
-    });
+    return WithTaps(
+        n, [&]<int kTaps>() { VerticalBytesToFloatsAvx2<kTaps>(first, stride, w, n, len, dst); });
   }
 #endif
   (void)avx2;
@@ -730,9 +723,11 @@ struct OutRows {
   uint8_t* scratch;  // out_w * 3 bytes, if plane != 0
   // Where row y's RGB bytes go; Done(y) then moves them into place.
   uint8_t* Rgb(int y) const { return plane != 0 ? scratch : out + size_t(out_w) * 3 * y; }
+  // Planar: row y of the R plane (G and B are plane and 2 * plane further).
+  uint8_t* PlaneRow(int y) const { return out + size_t(out_w) * y; }
   void Done(int y) const {
     if (plane == 0) return;
-    uint8_t* r = out + size_t(out_w) * y;
+    uint8_t* r = PlaneRow(y);
     RgbToPlanes(scratch, size_t(out_w), r, r + plane, r + 2 * plane);
   }
 };
@@ -748,7 +743,7 @@ void HorizontalToBytes(bool avx2, const float* row, const int* offset, const flo
     return WithTaps(taps, [&]<int kTaps>() {
       if (rows.plane != 0) {
         return HorizontalRowBytesAvx2<3, kTaps, true>(row, offset, table, taps, out_w,
-                                                      rows.out + size_t(out_w) * y, rows.plane);
+                                                      rows.PlaneRow(y), rows.plane);
       }
       HorizontalRowBytesAvx2<3, kTaps, false>(row, offset, table, taps, out_w, rows.Rgb(y), 0);
     });
