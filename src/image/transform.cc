@@ -57,6 +57,19 @@ struct AxisTaps {
   int stride = 0;
 };
 
+// What a resize reads: the box [x0, x0 + w) x [y0, y0 + h) (fractional, in
+// source pixels), with filter taps kept inside [cx0, cx1) x [cy0, cy1).
+struct SourceBox {
+  double x0, w, y0, h;
+  int cx0, cx1, cy0, cy1;
+
+  // A crop of whole pixels, taps inside it (as PIL crops, then resizes).
+  static SourceBox Of(const CropRect& c) {
+    return {double(c.x), double(c.width), double(c.y), double(c.height),
+            c.x,         c.x + c.width,   c.y,         c.y + c.height};
+  }
+};
+
 }  // namespace
 
 struct DecodeScratch::Impl {
@@ -92,6 +105,14 @@ struct DecodeScratch::Impl {
   // the smaller JPEG of the MCUs around the crop that is decoded instead.
   std::vector<uint32_t> mcu_starts;
   std::vector<uint8_t> roi_jpeg;
+  // YCbCr JPEGs (DecodeJpegPlanes): the decoded components, libjpeg's row
+  // pointers into them, and the resized components.
+  std::vector<uint8_t> planes;
+  std::vector<JSAMPROW> plane_rows;
+  std::vector<uint8_t> ycc;
+
+  bool cut_restart_index = true;
+  bool last_decoded_ycc_planes = false;
 
   bool only_fast_dct_scales = true;
   bool last_used_restart_index = false;
@@ -380,13 +401,19 @@ SATURATE_TARGET_AVX2 inline __m256i ToInt8(__m256 v) {
       _mm256_min_ps(_mm256_add_ps(v, _mm256_set1_ps(0.5f)), _mm256_set1_ps(255.0f)));
 }
 
-// ToByte of 32 values (a[0] first) as 32 bytes in the same order. The packs
-// work per 128-bit half, leaving the 4-byte groups in the order
-// 0 2 4 6 1 3 5 7; the permute restores it.
-SATURATE_TARGET_AVX2 inline __m256i PackBytes(const __m256 a[4]) {
-  const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(ToInt8(a[0]), ToInt8(a[1])),
-                                            _mm256_packs_epi32(ToInt8(a[2]), ToInt8(a[3])));
+// 32 int32 values (a[0] first), saturated to [0, 255], as 32 bytes in the
+// same order. The packs work per 128-bit half, leaving the 4-byte groups in
+// the order 0 2 4 6 1 3 5 7; the permute restores it.
+SATURATE_TARGET_AVX2 inline __m256i PackInts(const __m256i a[4]) {
+  const __m256i bytes =
+      _mm256_packus_epi16(_mm256_packs_epi32(a[0], a[1]), _mm256_packs_epi32(a[2], a[3]));
   return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// ToByte of 32 values (a[0] first) as 32 bytes in the same order.
+SATURATE_TARGET_AVX2 inline __m256i PackBytes(const __m256 a[4]) {
+  const __m256i ints[4] = {ToInt8(a[0]), ToInt8(a[1]), ToInt8(a[2]), ToInt8(a[3])};
+  return PackInts(ints);
 }
 
 // HorizontalRowNAvx2 followed by FloatsToBytes, without the float row in
@@ -530,10 +557,14 @@ void VerticalBytesToFloats(const uint8_t* first, size_t stride, const float* w, 
 }
 
 #ifdef SATURATE_RESIZE_AVX2
+// 8 bytes at p as int32 lanes.
+SATURATE_TARGET_AVX2 inline __m256i Widen8Ints(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
 // 8 bytes at p as floats.
 SATURATE_TARGET_AVX2 inline __m256 Widen8Avx2(const uint8_t* p) {
-  return _mm256_cvtepi32_ps(
-      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  return _mm256_cvtepi32_ps(Widen8Ints(p));
 }
 
 // Weight k of a vertical tap row: from registers (wk) when the count is a
@@ -754,16 +785,14 @@ void HorizontalToBytes(bool avx2, const float* row, const int* offset, const flo
   rows.Done(y);
 }
 
-// Resizes the source box [bx0, bx0 + bw) x [by0, by0 + bh) (fractional,
-// in pixels of `src`) of an RGB8 image to out_w x out_h, interleaved or
-// (`planar`) as three planes. Taps stay inside [cx0, cx1) x [cy0, cy1).
-void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, double by0,
-                 double bh, int cx0, int cx1, int cy0, int cy1, int out_w, int out_h, bool hflip,
-                 uint8_t* out, bool planar, DecodeScratch::Impl& s) {
+// Resizes the source box of an RGB8 image to out_w x out_h, interleaved or
+// (`planar`) as three planes.
+void ResampleBox(const uint8_t* src, size_t src_stride, const SourceBox& b, int out_w, int out_h,
+                 bool hflip, uint8_t* out, bool planar, DecodeScratch::Impl& s) {
   AxisTaps& xt = s.x_taps;
   AxisTaps& yt = s.y_taps;
-  ComputeTaps(bx0, bx0 + bw, cx0, cx1, out_w, &xt);
-  ComputeTaps(by0, by0 + bh, cy0, cy1, out_h, &yt);
+  ComputeTaps(b.x0, b.x0 + b.w, b.cx0, b.cx1, out_w, &xt);
+  ComputeTaps(b.y0, b.y0 + b.h, b.cy0, b.cy1, out_h, &yt);
   // Taps are monotonic, so [row_lo, row_hi) x [col_lo, col_hi) covers all.
   const int row_lo = yt.first[0];
   const int row_hi = yt.first[out_h - 1] + yt.count[out_h - 1];
@@ -819,6 +848,220 @@ void ResampleBox(const uint8_t* src, size_t src_stride, double bx0, double bw, d
                      yw + size_t(y) * y_taps * 4, yt.count[y], mid_row, row);
     HorizontalToBytes(avx2, row, x_offset, xw, x_taps, rows, y, hrow);
   }
+}
+
+// ---- One 8-bit plane (a JPEG component: Y, Cb or Cr) ----------------------------
+// The same filter as ResampleBox, one value per pixel. Its horizontal pass
+// takes 8 output positions at a time: their taps start at most 15 values
+// apart (at most 2x reduction, which DCT scaling ensures for JPEG), so one
+// or two 8-float windows per tap, permuted per lane, hold every lane's tap.
+
+constexpr int kPlaneGroup = 8;  // Output positions per table group.
+constexpr int kPlanePad = 16;   // Zero floats past a row's end: the windows' overreach.
+
+// Plane horizontal table: tap k of positions 8g..8g+7 at (g * taps + k) * 8,
+// zero past each position's own count (outputs in reverse order if hflip);
+// offset[pos] = its first source column - col0. Returns the largest spread
+// of first columns within a group of 8.
+int PlaneTable(const AxisTaps& t, int out_w, int taps, bool hflip, int col0, float* table,
+               int* offset) {
+  int spread = 0;
+  for (int pos = 0; pos < out_w; ++pos) {
+    const int x = hflip ? out_w - 1 - pos : pos;
+    const float* w = t.weights.data() + size_t(x) * t.stride;
+    float* d = table + size_t(pos / kPlaneGroup) * taps * kPlaneGroup + pos % kPlaneGroup;
+    for (int k = 0; k < taps; ++k) d[k * kPlaneGroup] = k < t.count[x] ? w[k] : 0.0f;
+    offset[pos] = t.first[x] - col0;
+    const int lead = pos - pos % kPlaneGroup;  // First position of the group.
+    spread = std::max(spread, std::abs(offset[pos] - offset[lead]));
+  }
+  return spread;
+}
+
+// Positions [from, out_w) of one plane row: taps summed in order, padded
+// (zero) taps included, as the AVX2 loop does.
+void PlaneRow(const float* in, const int* offset, const float* table, int taps, int from, int out_w,
+              float* dst) {
+  for (int pos = from; pos < out_w; ++pos) {
+    const float* p = in + offset[pos];
+    const float* w = table + size_t(pos / kPlaneGroup) * taps * kPlaneGroup + pos % kPlaneGroup;
+    float sum = w[0] * p[0];
+    for (int k = 1; k < taps; ++k) sum = sum + w[k * kPlaneGroup] * p[k];
+    dst[pos] = sum;
+  }
+}
+
+#ifdef SATURATE_RESIZE_AVX2
+// PlaneRow, 8 positions at a time. kWide: taps spread up to 15 apart within
+// a group (two windows), else up to 7 (one).
+template <int kTaps, bool kWide>
+SATURATE_TARGET_AVX2 void PlaneRowAvx2(const float* in, const int* offset, const float* table,
+                                       int taps, int out_w, float* dst) {
+  const int n = kTaps > 0 ? kTaps : taps;
+  int pos = 0;
+  for (; pos + kPlaneGroup <= out_w; pos += kPlaneGroup) {
+    const int base = std::min(offset[pos], offset[pos + kPlaneGroup - 1]);
+    const __m256i lane =
+        _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(offset + pos)),
+                         _mm256_set1_epi32(base));
+    const __m256 upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(7)));
+    const float* p = in + base;
+    const float* w = table + size_t(pos / kPlaneGroup) * n * kPlaneGroup;
+    __m256 sum = _mm256_setzero_ps();
+    for (int k = 0; k < n; ++k) {
+      __m256 v = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + k), lane);
+      if constexpr (kWide) {
+        v = _mm256_blendv_ps(v, _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + k + 8), lane), upper);
+      }
+      const __m256 term = _mm256_mul_ps(_mm256_loadu_ps(w + k * kPlaneGroup), v);
+      sum = k == 0 ? term : _mm256_add_ps(sum, term);
+    }
+    _mm256_storeu_ps(dst + pos, sum);
+  }
+  PlaneRow(in, offset, table, n, pos, out_w, dst);
+}
+#endif
+
+// One plane row's horizontal pass (in: the row as floats, kPlanePad zeros
+// past its end).
+void PlaneRowAny(bool avx2, int spread, const float* in, const int* offset, const float* table,
+                 int taps, int out_w, float* dst) {
+#ifdef SATURATE_RESIZE_AVX2
+  if (avx2 && spread < 2 * kPlaneGroup) {
+    return WithTaps(taps, [&]<int kTaps>() {
+      if (spread < kPlaneGroup)
+        return PlaneRowAvx2<kTaps, false>(in, offset, table, taps, out_w, dst);
+      PlaneRowAvx2<kTaps, true>(in, offset, table, taps, out_w, dst);
+    });
+  }
+#endif
+  (void)avx2, (void)spread;
+  PlaneRow(in, offset, table, taps, 0, out_w, dst);
+}
+
+// Resizes the source box of one 8-bit plane to out_w x out_h bytes at out.
+void ResamplePlane(const uint8_t* src, size_t src_stride, const SourceBox& b, int out_w, int out_h,
+                   bool hflip, uint8_t* out, DecodeScratch::Impl& s) {
+  AxisTaps& xt = s.x_taps;
+  AxisTaps& yt = s.y_taps;
+  ComputeTaps(b.x0, b.x0 + b.w, b.cx0, b.cx1, out_w, &xt);
+  ComputeTaps(b.y0, b.y0 + b.h, b.cy0, b.cy1, out_h, &yt);
+  const int row_lo = yt.first[0];
+  const int row_hi = yt.first[out_h - 1] + yt.count[out_h - 1];
+  const int col_lo = xt.first[0];
+  const int col_hi = xt.first[out_w - 1] + xt.count[out_w - 1];
+  const int cols = col_hi - col_lo;
+  const bool avx2 = HasAvx2();
+  const bool h_first = row_hi - row_lo <= out_h;  // As ResampleBox.
+  const int x_taps = MaxTaps(xt, out_w), y_taps = MaxTaps(yt, out_h);
+  const int groups = (out_w + kPlaneGroup - 1) / kPlaneGroup;
+  float* xw = Grow(s.x_table, size_t(groups) * x_taps * kPlaneGroup);
+  float* yw = Grow(s.y_table, size_t(out_h) * y_taps * 4);
+  int* x_offset = Grow(s.x_offset, out_w);
+  const int spread = PlaneTable(xt, out_w, x_taps, hflip, col_lo, xw, x_offset);
+  VerticalTable(yt, out_h, y_taps, yw);
+  // The row the horizontal pass reads, zero past `cols` (see kPlanePad).
+  const size_t line_len = size_t(cols) + x_taps + kPlanePad;
+  float* line = Grow(s.quad, line_len);
+  std::fill(line + cols, line + line_len, 0.0f);
+  if (h_first) {
+    float* mid = Grow(s.mid, size_t(out_w) * (row_hi - row_lo));
+    int done = row_lo;
+    for (int y = 0; y < out_h; ++y) {
+      for (const int need = yt.first[y] + yt.count[y]; done < need; ++done) {
+        const uint8_t* p = src + src_stride * done + col_lo;
+        for (int i = 0; i < cols; ++i) line[i] = p[i];
+        PlaneRowAny(avx2, spread, line, x_offset, xw, x_taps, out_w,
+                    mid + size_t(out_w) * (done - row_lo));
+      }
+      VerticalToBytes(avx2, mid + size_t(out_w) * (yt.first[y] - row_lo), out_w,
+                      yw + size_t(y) * y_taps * 4, yt.count[y], out_w, out + size_t(out_w) * y);
+    }
+    return;
+  }
+  float* hrow = Grow(s.mid, out_w);
+  for (int y = 0; y < out_h; ++y) {
+    VerticalToFloats(avx2, src + src_stride * yt.first[y] + col_lo, src_stride,
+                     yw + size_t(y) * y_taps * 4, yt.count[y], cols, line);
+    PlaneRowAny(avx2, spread, line, x_offset, xw, x_taps, out_w, hrow);
+    FloatsToBytes(hrow, out_w, out + size_t(out_w) * y);
+  }
+}
+
+// ---- YCbCr -> RGB -----------------------------------------------------------------
+// libjpeg's own conversion (jdcolor.c: 16-bit fixed point, rounded, then
+// clamped), applied to the resized planes instead of every decoded pixel.
+constexpr int kYccShift = 16;
+constexpr int kYccHalf = 1 << (kYccShift - 1);
+constexpr int kCrToR = 91881;   // FIX(1.40200)
+constexpr int kCbToG = -22554;  // -FIX(0.34414)
+constexpr int kCrToG = -46802;  // -FIX(0.71414)
+constexpr int kCbToB = 116130;  // FIX(1.77200)
+
+inline uint8_t Clamp255(int v) { return static_cast<uint8_t>(std::clamp(v, 0, 255)); }
+
+// Pixels [from, n) of three planes to RGB: planes r, g, b (`plane` bytes
+// apart from out) or, if plane == 0, interleaved.
+void YccToRgb(const uint8_t* y, const uint8_t* cb, const uint8_t* cr, size_t from, size_t n,
+              uint8_t* out, size_t plane) {
+  for (size_t i = from; i < n; ++i) {
+    const int l = y[i], b = cb[i] - 128, r = cr[i] - 128;
+    const uint8_t rgb[3] = {Clamp255(l + ((kCrToR * r + kYccHalf) >> kYccShift)),
+                            Clamp255(l + ((kCbToG * b + kCrToG * r + kYccHalf) >> kYccShift)),
+                            Clamp255(l + ((kCbToB * b + kYccHalf) >> kYccShift))};
+    for (int c = 0; c < 3; ++c) (plane != 0 ? out[c * plane + i] : out[3 * i + c]) = rgb[c];
+  }
+}
+
+#ifdef SATURATE_RESIZE_AVX2
+// YccToRgb, 32 pixels at a time, in 32-bit lanes: the same integers.
+SATURATE_TARGET_AVX2 void YccToRgbAvx2(const uint8_t* y, const uint8_t* cb, const uint8_t* cr,
+                                       size_t n, uint8_t* out, size_t plane) {
+  const __m256i c128 = _mm256_set1_epi32(128), half = _mm256_set1_epi32(kYccHalf);
+  const __m256i cr_r = _mm256_set1_epi32(kCrToR), cb_g = _mm256_set1_epi32(kCbToG);
+  const __m256i cr_g = _mm256_set1_epi32(kCrToG), cb_b = _mm256_set1_epi32(kCbToB);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i r[4], g[4], b[4];
+    for (int j = 0; j < 4; ++j) {
+      const size_t at = i + 8 * j;
+      const __m256i l = Widen8Ints(y + at);
+      const __m256i u = _mm256_sub_epi32(Widen8Ints(cb + at), c128);
+      const __m256i v = _mm256_sub_epi32(Widen8Ints(cr + at), c128);
+      const __m256i rv = _mm256_mullo_epi32(v, cr_r);
+      const __m256i gv = _mm256_add_epi32(_mm256_mullo_epi32(u, cb_g), _mm256_mullo_epi32(v, cr_g));
+      const __m256i bv = _mm256_mullo_epi32(u, cb_b);
+      r[j] = _mm256_add_epi32(l, _mm256_srai_epi32(_mm256_add_epi32(rv, half), kYccShift));
+      g[j] = _mm256_add_epi32(l, _mm256_srai_epi32(_mm256_add_epi32(gv, half), kYccShift));
+      b[j] = _mm256_add_epi32(l, _mm256_srai_epi32(_mm256_add_epi32(bv, half), kYccShift));
+    }
+    // The packs saturate: the clamp to [0, 255].
+    const __m256i rgb[3] = {PackInts(r), PackInts(g), PackInts(b)};
+    if (plane != 0) {
+      for (int c = 0; c < 3; ++c) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c * plane + i), rgb[c]);
+      }
+      continue;
+    }
+    alignas(32) uint8_t bytes[3][32];
+    for (int c = 0; c < 3; ++c) _mm256_store_si256(reinterpret_cast<__m256i*>(bytes[c]), rgb[c]);
+    uint8_t* d = out + 3 * i;
+    for (int p = 0; p < 32; ++p) {
+      for (int c = 0; c < 3; ++c) d[3 * p + c] = bytes[c][p];
+    }
+  }
+  YccToRgb(y, cb, cr, i, n, out, plane);
+}
+#endif
+
+// YccToRgb of all n pixels, with AVX2 if the CPU has it.
+void YccToRgbAny(bool avx2, const uint8_t* y, const uint8_t* cb, const uint8_t* cr, size_t n,
+                 uint8_t* out, size_t plane) {
+#ifdef SATURATE_RESIZE_AVX2
+  if (avx2) return YccToRgbAvx2(y, cb, cr, n, out, plane);
+#endif
+  (void)avx2;
+  YccToRgb(y, cb, cr, 0, n, out, plane);
 }
 
 bool CropInside(const CropRect& c, int width, int height) {
@@ -1008,6 +1251,89 @@ McuRange RangeAround(const McuGrid& g, int width, int height, int scale, double 
   return r;
 }
 
+// Whether DecodeJpegPlanes can take a JPEG whose header `c` has read.
+bool HasYccPlanes(const jpeg_decompress_struct& c) {
+  return c.num_components == 3 && c.jpeg_color_space == JCS_YCbCr;
+}
+
+// Decodes a YCbCr JPEG's components as stored (libjpeg's raw data: chroma
+// at its own resolution, no upsampling, no colour conversion) down to the
+// crop's last row, resizes each to the output size, and converts only the
+// output pixels to RGB. [fx0, fx1) x [fy0, fy1) is the crop in scaled luma
+// pixels. Raw data cannot skip rows or columns, so the JPEG should already
+// be cut to the crop (CutMcus).
+Status DecodeJpegPlanes(jpeg_decompress_struct& c, int scale, double fx0, double fx1, double fy0,
+                        double fy1, bool hflip, int out_w, int out_h, uint8_t* out, bool planar,
+                        DecodeScratch::Impl& s) {
+  c.raw_data_out = TRUE;
+  c.scale_num = static_cast<unsigned>(scale);
+  c.scale_denom = 8;
+  int rows = 0;  // Scaled luma rows needed.
+  if (!Guarded(s.err, [&] {
+        jpeg_start_decompress(&c);
+        rows = std::clamp(static_cast<int>(std::ceil(fy1)), 1, static_cast<int>(c.output_height));
+      })) {
+    return s.JpegError();
+  }
+  // Each read gives one iMCU row: `lines` luma rows, per_read[i] rows of
+  // component i, written as whole blocks (stride[i] wide).
+  const int lines = c.max_v_samp_factor * c.min_DCT_scaled_size;
+  const int reads = (rows + lines - 1) / lines;
+  int per_read[3];
+  size_t stride[3], start[3], total = 0;
+  for (int i = 0; i < 3; ++i) {
+    const jpeg_component_info& k = c.comp_info[i];
+    per_read[i] = k.v_samp_factor * k.DCT_scaled_size;
+    stride[i] = size_t(k.width_in_blocks) * k.DCT_scaled_size;
+    start[i] = total;
+    total += stride[i] * per_read[i] * reads;
+  }
+  uint8_t* px = Grow(s.planes, total);
+  JSAMPROW* row_ptrs = Grow(s.plane_rows, size_t(per_read[0] + per_read[1] + per_read[2]));
+  JSAMPARRAY arrays[3] = {row_ptrs, row_ptrs + per_read[0], row_ptrs + per_read[0] + per_read[1]};
+  if (!Guarded(s.err, [&] {
+        for (int n = 0; n < reads; ++n) {
+          for (int i = 0; i < 3; ++i) {
+            for (int r = 0; r < per_read[i]; ++r) {
+              arrays[i][r] = px + start[i] + stride[i] * (size_t(n) * per_read[i] + r);
+            }
+          }
+          jpeg_read_raw_data(&c, arrays, static_cast<JDIMENSION>(lines));
+        }
+      })) {
+    return s.JpegError();
+  }
+  s.last_dct_scale_eighths = scale;
+  s.last_decoded_width = static_cast<int>(c.output_width);
+  s.last_decoded_height = rows;
+  s.last_decoded_ycc_planes = true;
+  const size_t n = size_t(out_w) * out_h;
+  uint8_t* ycc = Grow(s.ycc, 3 * n);
+  for (int i = 0; i < 3; ++i) {
+    // Component pixels per scaled luma pixel (1/2 for subsampled chroma).
+    const jpeg_component_info& k = c.comp_info[i];
+    const double rx =
+        double(k.h_samp_factor * k.DCT_scaled_size) / (c.max_h_samp_factor * c.min_DCT_scaled_size);
+    const double ry =
+        double(k.v_samp_factor * k.DCT_scaled_size) / (c.max_v_samp_factor * c.min_DCT_scaled_size);
+    const int w = static_cast<int>(k.downsampled_width);
+    const int h = std::min(static_cast<int>(k.downsampled_height), per_read[i] * reads);
+    // Taps stay within the component pixels under the whole luma pixels
+    // the crop touches.
+    const SourceBox box{fx0 * rx,
+                        (fx1 - fx0) * rx,
+                        fy0 * ry,
+                        (fy1 - fy0) * ry,
+                        static_cast<int>(std::floor(std::floor(fx0) * rx)),
+                        std::min(w, static_cast<int>(std::ceil(std::ceil(fx1) * rx))),
+                        static_cast<int>(std::floor(std::floor(fy0) * ry)),
+                        std::min(h, static_cast<int>(std::ceil(std::ceil(fy1) * ry)))};
+    ResamplePlane(px + start[i], stride[i], box, out_w, out_h, hflip, ycc + i * n, s);
+  }
+  YccToRgbAny(HasAvx2(), ycc, ycc + n, ycc + 2 * n, n, out, planar ? n : 0);
+  return Status::OK();
+}
+
 // Decodes the crop's region of a JPEG at a planned DCT scale into s.pixels
 // and resizes it into out.
 Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, int out_w,
@@ -1054,14 +1380,20 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
   double fx0 = crop.x * f, fx1 = (crop.x + crop.width) * f;
   double fy0 = crop.y * f, fy1 = (crop.y + crop.height) * f;
   s.last_used_restart_index = false;
-  if (auto grid = RestartGrid(c)) {
+  s.last_decoded_ycc_planes = false;
+  auto grid = RestartGrid(c);
+  bool indexed = grid.has_value();  // No rows or columns to skip: it is cut, or whole.
+  if (grid) {
     const McuRange r = RangeAround(*grid, width, height, scale, fx0, fx1, fy0, fy1);
     const bool whole = r.c0 == 0 && r.r0 == 0 && r.c1 == grid->mcus_x && r.r1 == grid->mcus_y;
     const size_t start = encoded.size() - c.src->bytes_in_buffer;  // after SOS
     const size_t mcus_needed = size_t(r.r1 - 1) * grid->mcus_x + r.c1;
     size_t cut_bytes = 0;
-    if (!whole && IndexMcus(data, encoded.size(), start, mcus_needed, &s.mcu_starts) &&
-        (cut_bytes = CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg)) > 0) {
+    if (whole || !s.cut_restart_index) {
+      // Decoded whole.
+    } else if (IndexMcus(data, encoded.size(), start, mcus_needed, &s.mcu_starts) &&
+               (cut_bytes = CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg)) >
+                   0) {
       jpeg_abort_decompress(&c);
       if (!Guarded(s.err, [&] {
             jpeg_mem_src(&c, s.roi_jpeg.data(), cut_bytes);
@@ -1072,7 +1404,12 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
       const double dx = r.c0 * grid->mcu_w * f, dy = r.r0 * grid->mcu_h * f;  // whole pixels
       fx0 -= dx, fx1 -= dx, fy0 -= dy, fy1 -= dy;
       s.last_used_restart_index = true;
+    } else {
+      indexed = false;
     }
+  }
+  if (indexed && HasYccPlanes(c)) {
+    return DecodeJpegPlanes(c, scale, fx0, fx1, fy0, fy1, hflip, out_w, out_h, out, planar, s);
   }
   const bool cmyk = c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK;
   c.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
@@ -1125,8 +1462,8 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
   const int cx0 = static_cast<int>(std::floor(bx0)), cy0 = static_cast<int>(std::floor(by0));
   const int cx1 = std::min(cw, static_cast<int>(std::ceil(fx1 - col0)));
   const int cy1 = std::min(ch, static_cast<int>(std::ceil(fy1 - row0)));
-  ResampleBox(px, rgb_row, bx0, fx1 - fx0, by0, fy1 - fy0, cx0, cx1, cy0, cy1, out_w, out_h, hflip,
-              out, planar, s);
+  ResampleBox(px, rgb_row, {bx0, fx1 - fx0, by0, fy1 - fy0, cx0, cx1, cy0, cy1}, out_w, out_h,
+              hflip, out, planar, s);
   return Status::OK();
 }
 
@@ -1153,9 +1490,7 @@ Status DecodePngCrop(std::span<const std::byte> encoded, CropPlanner& planner, i
   s.last_dct_scale_eighths = 8;
   s.last_decoded_width = width;
   s.last_decoded_height = height;
-  ResampleBox(px, size_t(width) * 3, crop.x, crop.width, crop.y, crop.height, crop.x,
-              crop.x + crop.width, crop.y, crop.y + crop.height, out_w, out_h, hflip, out, planar,
-              s);
+  ResampleBox(px, size_t(width) * 3, SourceBox::Of(crop), out_w, out_h, hflip, out, planar, s);
   return Status::OK();
 }
 
@@ -1220,7 +1555,8 @@ size_t DecodeScratch::CapacityBytes() const {
          CapacityOf(s.x_taps.weights) + CapacityOf(s.y_taps.first) + CapacityOf(s.y_taps.count) +
          CapacityOf(s.y_taps.weights) + CapacityOf(s.x_table) + CapacityOf(s.y_table) +
          CapacityOf(s.x_offset) + CapacityOf(s.mid) + CapacityOf(s.quad) + CapacityOf(s.out_row) +
-         CapacityOf(s.mcu_starts) + CapacityOf(s.roi_jpeg);
+         CapacityOf(s.mcu_starts) + CapacityOf(s.roi_jpeg) + CapacityOf(s.planes) +
+         CapacityOf(s.plane_rows) + CapacityOf(s.ycc);
 }
 void DecodeScratch::set_only_fast_dct_scales(bool only_fast) {
   impl_->only_fast_dct_scales = only_fast;
@@ -1229,6 +1565,8 @@ int DecodeScratch::last_dct_scale_eighths() const { return impl_->last_dct_scale
 int DecodeScratch::last_decoded_width() const { return impl_->last_decoded_width; }
 int DecodeScratch::last_decoded_height() const { return impl_->last_decoded_height; }
 bool DecodeScratch::last_used_restart_index() const { return impl_->last_used_restart_index; }
+bool DecodeScratch::last_decoded_ycc_planes() const { return impl_->last_decoded_ycc_planes; }
+void DecodeScratch::set_cut_restart_index(bool cut) { impl_->cut_restart_index = cut; }
 
 CropRect RandomResizedCropParams(int width, int height, double scale_min, double scale_max,
                                  double ratio_min, double ratio_max, UniformSource& rng) {
@@ -1334,8 +1672,7 @@ void CropResizeRgb(const uint8_t* rgb, int width, int height, const CropRect& cr
       !CropInside(crop, width, height)) {
     return;
   }
-  ResampleBox(rgb, size_t(width) * 3, crop.x, crop.width, crop.y, crop.height, crop.x,
-              crop.x + crop.width, crop.y, crop.y + crop.height, out_width, out_height, hflip, out,
+  ResampleBox(rgb, size_t(width) * 3, SourceBox::Of(crop), out_width, out_height, hflip, out,
               layout == Layout::kCHW, scratch->impl());
 }
 

@@ -90,6 +90,10 @@ class DecodeScratch {
   // so a crop that would need one is decoded at 8/8. false allows all s/8.
   void set_only_fast_dct_scales(bool only_fast);
 
+  // false: a restart-indexed JPEG is decoded whole instead of cut down to
+  // the MCUs around the crop (same bytes, slower; for tests and benchmarks).
+  void set_cut_restart_index(bool cut);
+
   // About the last successful DecodeCropResize, for tests and statistics:
   // the JPEG DCT scale used, in eighths (8 = full size; 8 for PNG), and the
   // size of the region actually decoded (after DCT scaling and widening of
@@ -100,6 +104,9 @@ class DecodeScratch {
   // Whether it was a restart-indexed JPEG (AddJpegRestartMarkers) of which
   // only the MCUs around the crop were entropy-decoded.
   bool last_used_restart_index() const;
+  // Whether its components were resized as stored (a restart-indexed YCbCr
+  // JPEG), then converted to RGB.
+  bool last_decoded_ycc_planes() const;
 
   struct Impl;  // Defined in transform.cc; impl() is for transform.cc only.
   Impl& impl() { return *impl_; }

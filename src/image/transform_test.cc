@@ -254,6 +254,7 @@ TEST_F(DecodeCropResizeTest, PlannedDecodeMatchesFullDecode) {
       {"tall_nonsquare_out", {250, 9, 200, 461}, 96, 160, 4},
       {"same_size", {37, 53, 224, 224}, 224, 224, 8},
   };
+  SATURATE_ASSERT_OK_AND_ASSIGN(Bytes indexed, AddJpegRestartMarkers(jpeg_));
   DecodeScratch scratch;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -275,16 +276,32 @@ TEST_F(DecodeCropResizeTest, PlannedDecodeMatchesFullDecode) {
                 scratch.last_dct_scale_eighths(), scratch.last_decoded_width(),
                 scratch.last_decoded_height(), psnr);
     EXPECT_GE(psnr, 30.0);
+    // The restart-indexed copy goes the component path (chroma resized as
+    // stored, YCbCr -> RGB after the resize).
+    std::vector<uint8_t> comp(got.size());
+    SATURATE_ASSERT_OK(
+        DecodeCropResize(indexed, c.crop, c.out_w, c.out_h, false, comp.data(), &scratch));
+    EXPECT_TRUE(scratch.last_decoded_ycc_planes());
+    const double comp_psnr = Psnr(comp, Reference(full_, kW, kH, c.crop, c.out_w, c.out_h));
+    RecordProperty(std::string("psnr_db_components_") + c.name, std::to_string(comp_psnr));
+    std::printf("[ psnr     ] %-20s components (restart-indexed): %.2f dB\n", c.name, comp_psnr);
+    EXPECT_GE(comp_psnr, 30.0);
     if (c.want_scale == 8 && c.crop.width == c.out_w) {
-      // No scaling, no resampling: only the crop/skip machinery is tested.
+      // No scaling, no resampling: only the crop/skip machinery is tested
+      // (and for components, chroma upsampling and colour conversion).
       EXPECT_GE(psnr, 50.0);
+      EXPECT_GE(comp_psnr, 45.0);
     }
   }
 }
 
 // A restart-marked copy (AddJpegRestartMarkers) is cut down to the MCUs
-// around each crop before decoding, and still gives the very same bytes.
-TEST_F(DecodeCropResizeTest, RestartIndexedJpegGivesTheSameBytes) {
+// around each crop before decoding, and gives the very same bytes as
+// decoding it whole. A YCbCr one has its components resized as stored
+// (chroma at its own resolution), then converted to RGB: that differs from
+// the plain JPEG's path (libjpeg's upsampling and conversion of every pixel,
+// then the resize) by rounding only.
+TEST_F(DecodeCropResizeTest, RestartIndexedJpegCutGivesTheSameBytes) {
   constexpr int kOddW = 637, kOddH = 479;  // partial MCUs at the right and bottom
   std::vector<uint8_t> odd = PhotoLike(kOddW, kOddH), gray(size_t(kW) * kH);
   for (size_t i = 0; i < gray.size(); ++i) gray[i] = rgb_[3 * i + 1];
@@ -292,43 +309,90 @@ TEST_F(DecodeCropResizeTest, RestartIndexedJpegGivesTheSameBytes) {
     const char* name;
     Bytes jpeg;
     int w, h;
+    bool ycc;  // Decoded as YCbCr components.
   };
   const Source sources[] = {
-      {"420", jpeg_, kW, kH},
-      {"420_odd_size", EncodeJpegRaw(odd.data(), kOddW, kOddH, 3, JCS_RGB), kOddW, kOddH},
-      {"422", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, false, 2, 1), kW, kH},
-      {"444", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, false, 1, 1), kW, kH},
-      {"gray", EncodeJpegRaw(gray.data(), kW, kH, 1, JCS_GRAYSCALE), kW, kH},
-      {"progressive", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, true), kW, kH},
+      {"420", jpeg_, kW, kH, true},
+      {"420_odd_size", EncodeJpegRaw(odd.data(), kOddW, kOddH, 3, JCS_RGB), kOddW, kOddH, true},
+      {"422", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, false, 2, 1), kW, kH, true},
+      {"444", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, false, 1, 1), kW, kH, true},
+      {"gray", EncodeJpegRaw(gray.data(), kW, kH, 1, JCS_GRAYSCALE), kW, kH, false},
+      {"progressive", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, true), kW, kH, true},
   };
-  const std::pair<int, int> sizes[] = {{224, 224}, {64, 48}, {300, 100}};
+  const std::pair<int, int> sizes[] = {{224, 224}, {64, 48}, {300, 100}, {64, 400}};
   MtSource rng(7);
   for (const Source& src : sources) {
     SCOPED_TRACE(src.name);
     SATURATE_ASSERT_OK_AND_ASSIGN(Bytes indexed, AddJpegRestartMarkers(src.jpeg));
-    DecodeScratch plain, cut;
+    DecodeScratch plain, cut, whole;
+    whole.set_cut_restart_index(false);
     int cuts = 0;
+    double min_psnr = 99;
     for (int i = 0; i < 60; ++i) {
       const CropRect crop = i == 0 ? CropRect{0, 0, src.w, src.h} : Rrc(src.w, src.h, rng);
-      const auto [out_w, out_h] = sizes[i % 3];
-      const bool fast = i % 2 == 0;
-      plain.set_only_fast_dct_scales(fast);
-      cut.set_only_fast_dct_scales(fast);
-      std::vector<uint8_t> want(size_t(out_w) * out_h * 3), got(want.size());
-      SATURATE_ASSERT_OK(
-          DecodeCropResize(src.jpeg, crop, out_w, out_h, i % 4 == 1, want.data(), &plain));
-      SATURATE_ASSERT_OK(
-          DecodeCropResize(indexed, crop, out_w, out_h, i % 4 == 1, got.data(), &cut));
+      const auto [out_w, out_h] = sizes[i % 4];
+      const bool fast = i % 2 == 0, flip = i % 3 == 1;
+      for (DecodeScratch* s : {&plain, &cut, &whole}) s->set_only_fast_dct_scales(fast);
+      std::vector<uint8_t> want(size_t(out_w) * out_h * 3), got(want.size()), ref(want.size());
+      SATURATE_ASSERT_OK(DecodeCropResize(indexed, crop, out_w, out_h, flip, want.data(), &whole));
+      SATURATE_ASSERT_OK(DecodeCropResize(indexed, crop, out_w, out_h, flip, got.data(), &cut));
+      SATURATE_ASSERT_OK(DecodeCropResize(src.jpeg, crop, out_w, out_h, flip, ref.data(), &plain));
       ASSERT_EQ(got, want) << "crop " << crop.width << "x" << crop.height << "+" << crop.x << "+"
                            << crop.y << " to " << out_w << "x" << out_h;
       EXPECT_FALSE(plain.last_used_restart_index());
+      EXPECT_FALSE(whole.last_used_restart_index());
+      EXPECT_FALSE(plain.last_decoded_ycc_planes());
+      EXPECT_EQ(cut.last_decoded_ycc_planes(), src.ycc);
+      EXPECT_EQ(whole.last_decoded_ycc_planes(), src.ycc);
       EXPECT_EQ(cut.last_dct_scale_eighths(), plain.last_dct_scale_eighths());
       if (i == 0) {
         EXPECT_FALSE(cut.last_used_restart_index());  // nothing to cut away
       }
       cuts += cut.last_used_restart_index();
+      if (!src.ycc) {
+        ASSERT_EQ(got, ref);  // The same RGB path.
+      }
+      min_psnr = std::min(min_psnr, Psnr(got, ref));
     }
     EXPECT_GE(cuts, 50);  // all but the crops (nearly) as large as the image
+    std::printf("[ psnr     ] %-12s components vs RGB path, worst of 60: %.2f dB\n", src.name,
+                min_psnr);
+    EXPECT_GE(min_psnr, 40.0);
+  }
+}
+
+// The component path's AVX2 loops (horizontal pass, YCbCr -> RGB) give the
+// same bytes as their portable twins, and its CHW output is its HWC output
+// split into planes.
+TEST_F(DecodeCropResizeTest, YccComponentPathsGiveTheSameBytes) {
+  std::vector<uint8_t> odd = PhotoLike(333, 251);
+  const Bytes sources[] = {jpeg_, EncodeJpegRaw(odd.data(), 333, 251, 3, JCS_RGB, false, 2, 1)};
+  const std::pair<int, int> sizes[] = {{224, 224}, {37, 29}, {300, 100}, {64, 400}, {500, 31}};
+  MtSource rng(8);
+  DecodeScratch scratch;
+  for (const Bytes& jpeg : sources) {
+    SATURATE_ASSERT_OK_AND_ASSIGN(Bytes indexed, AddJpegRestartMarkers(jpeg));
+    SATURATE_ASSERT_OK_AND_ASSIGN(ImageInfo info, ProbeImage(indexed));
+    for (int i = 0; i < 40; ++i) {
+      const CropRect crop = Rrc(info.width, info.height, rng);
+      const auto [out_w, out_h] = sizes[i % 5];
+      const bool flip = i % 2 == 1;
+      std::vector<uint8_t> fast(size_t(out_w) * out_h * 3), portable(fast.size()), chw(fast.size()),
+          want_chw(fast.size());
+      SATURATE_ASSERT_OK(
+          DecodeCropResize(indexed, crop, out_w, out_h, flip, fast.data(), &scratch));
+      ASSERT_TRUE(scratch.last_decoded_ycc_planes());
+      DisableAvx2ResizeForTesting(true);
+      SATURATE_ASSERT_OK(
+          DecodeCropResize(indexed, crop, out_w, out_h, flip, portable.data(), &scratch));
+      DisableAvx2ResizeForTesting(false);
+      ASSERT_EQ(fast, portable) << "case " << i;
+      SATURATE_ASSERT_OK(
+          DecodeCropResize(indexed, crop, out_w, out_h, flip, chw.data(), &scratch, Layout::kCHW));
+      ConvertPixels(fast.data(), out_h, out_w, nullptr, nullptr, Layout::kCHW, PixelType::kUInt8,
+                    want_chw.data());
+      ASSERT_EQ(chw, want_chw) << "case " << i;
+    }
   }
 }
 
