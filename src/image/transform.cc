@@ -63,6 +63,8 @@ struct SourceBox {
   double x0, w, y0, h;
   int cx0, cx1, cy0, cy1;
 
+  bool operator==(const SourceBox&) const = default;
+
   // A crop of whole pixels, taps inside it (as PIL crops, then resizes).
   static SourceBox Of(const CropRect& c) {
     return {double(c.x), double(c.width), double(c.y), double(c.height),
@@ -111,6 +113,7 @@ struct DecodeScratch::Impl {
   std::vector<JSAMPROW> plane_rows;
   std::vector<uint8_t> ycc;
 
+  int plane_spread = 0;  // ResamplePlane: PlaneTable's spread, kept for same_taps.
   bool cut_restart_index = true;
   bool last_decoded_ycc_planes = false;
 
@@ -122,6 +125,13 @@ struct DecodeScratch::Impl {
 };
 
 namespace {
+
+// std::floor to int for |v| < 2^31, without the libm call that baseline
+// x86-64 (no SSE4.1 roundsd) makes of std::floor.
+inline int FloorToInt(double v) {
+  const int i = static_cast<int>(v);  // Truncates toward zero.
+  return i - (v < i);
+}
 
 // Triangle filter (support 1), as PIL's bilinear_filter.
 inline double Triangle(double x) {
@@ -145,8 +155,8 @@ void ComputeTaps(double box_lo, double box_hi, int clip_lo, int clip_hi, int out
   const double inv = 1.0 / filter_scale;
   for (int i = 0; i < out_size; ++i) {
     const double center = box_lo + (i + 0.5) * scale;
-    const int lo = std::max(clip_lo, static_cast<int>(std::floor(center - support + 0.5)));
-    const int hi = std::min(clip_hi, static_cast<int>(std::floor(center + support + 0.5)));
+    const int lo = std::max(clip_lo, FloorToInt(center - support + 0.5));
+    const int hi = std::min(clip_hi, FloorToInt(center + support + 0.5));
     float* w = weights + size_t(i) * stride;
     const int n = std::min(hi - lo, stride);  // hi - lo <= 2 * support + 1 <= stride.
     double total = 0;
@@ -161,7 +171,7 @@ void ComputeTaps(double box_lo, double box_hi, int clip_lo, int clip_hi, int out
       }
     }
     if (total <= 0) {  // Only if the box lies outside the clip range: nearest pixel.
-      first[i] = std::clamp(static_cast<int>(std::floor(center)), clip_lo, clip_hi - 1);
+      first[i] = std::clamp(FloorToInt(center), clip_lo, clip_hi - 1);
       count[i] = 1;
       w[0] = 1.0f;
       continue;
@@ -401,19 +411,13 @@ SATURATE_TARGET_AVX2 inline __m256i ToInt8(__m256 v) {
       _mm256_min_ps(_mm256_add_ps(v, _mm256_set1_ps(0.5f)), _mm256_set1_ps(255.0f)));
 }
 
-// 32 int32 values (a[0] first), saturated to [0, 255], as 32 bytes in the
-// same order. The packs work per 128-bit half, leaving the 4-byte groups in
-// the order 0 2 4 6 1 3 5 7; the permute restores it.
-SATURATE_TARGET_AVX2 inline __m256i PackInts(const __m256i a[4]) {
-  const __m256i bytes =
-      _mm256_packus_epi16(_mm256_packs_epi32(a[0], a[1]), _mm256_packs_epi32(a[2], a[3]));
-  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
-
-// ToByte of 32 values (a[0] first) as 32 bytes in the same order.
+// ToByte of 32 values (a[0] first) as 32 bytes in the same order. The packs
+// work per 128-bit half, leaving the 4-byte groups in the order
+// 0 2 4 6 1 3 5 7; the permute restores it.
 SATURATE_TARGET_AVX2 inline __m256i PackBytes(const __m256 a[4]) {
-  const __m256i ints[4] = {ToInt8(a[0]), ToInt8(a[1]), ToInt8(a[2]), ToInt8(a[3])};
-  return PackInts(ints);
+  const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(ToInt8(a[0]), ToInt8(a[1])),
+                                            _mm256_packs_epi32(ToInt8(a[2]), ToInt8(a[3])));
+  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 // HorizontalRowNAvx2 followed by FloatsToBytes, without the float row in
@@ -557,14 +561,10 @@ void VerticalBytesToFloats(const uint8_t* first, size_t stride, const float* w, 
 }
 
 #ifdef SATURATE_RESIZE_AVX2
-// 8 bytes at p as int32 lanes.
-SATURATE_TARGET_AVX2 inline __m256i Widen8Ints(const uint8_t* p) {
-  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-}
-
 // 8 bytes at p as floats.
 SATURATE_TARGET_AVX2 inline __m256 Widen8Avx2(const uint8_t* p) {
-  return _mm256_cvtepi32_ps(Widen8Ints(p));
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
 // Weight k of a vertical tap row: from registers (wk) when the count is a
@@ -859,54 +859,69 @@ void ResampleBox(const uint8_t* src, size_t src_stride, const SourceBox& b, int 
 constexpr int kPlaneGroup = 8;  // Output positions per table group.
 constexpr int kPlanePad = 16;   // Zero floats past a row's end: the windows' overreach.
 
-// Plane horizontal table: tap k of positions 8g..8g+7 at (g * taps + k) * 8,
-// zero past each position's own count (outputs in reverse order if hflip);
-// offset[pos] = its first source column - col0. Returns the largest spread
-// of first columns within a group of 8.
-int PlaneTable(const AxisTaps& t, int out_w, int taps, bool hflip, int col0, float* table,
-               int* offset) {
-  int spread = 0;
+// A plane's horizontal taps: position pos reads `taps` values from
+// offset[pos] (its first source column - col0) with weights tap k of
+// positions 8g..8g+7 at weights[(g * taps + k) * 8], zero past each
+// position's own count. lane[pos] = offset[pos] - the group's smallest
+// offset, at most `spread`.
+struct PlaneTaps {
+  const int* offset;
+  const int* lane;
+  const float* weights;
+  int taps;
+  int spread;
+  const float* Weights(int pos) const {
+    return weights + size_t(pos / kPlaneGroup) * taps * kPlaneGroup + pos % kPlaneGroup;
+  }
+};
+
+// Fills the arrays of a PlaneTaps from t (outputs in reverse order if hflip)
+// and returns its spread.
+int PlaneTable(const AxisTaps& t, int out_w, int taps, bool hflip, int col0, float* weights,
+               int* offset, int* lane) {
   for (int pos = 0; pos < out_w; ++pos) {
     const int x = hflip ? out_w - 1 - pos : pos;
     const float* w = t.weights.data() + size_t(x) * t.stride;
-    float* d = table + size_t(pos / kPlaneGroup) * taps * kPlaneGroup + pos % kPlaneGroup;
+    float* d = weights + size_t(pos / kPlaneGroup) * taps * kPlaneGroup + pos % kPlaneGroup;
     for (int k = 0; k < taps; ++k) d[k * kPlaneGroup] = k < t.count[x] ? w[k] : 0.0f;
     offset[pos] = t.first[x] - col0;
-    const int lead = pos - pos % kPlaneGroup;  // First position of the group.
-    spread = std::max(spread, std::abs(offset[pos] - offset[lead]));
+  }
+  int spread = 0;
+  for (int lead = 0; lead < out_w; lead += kPlaneGroup) {
+    const int end = std::min(out_w, lead + kPlaneGroup);
+    const int base = std::min(offset[lead], offset[end - 1]);  // Offsets are monotonic.
+    for (int pos = lead; pos < end; ++pos) {
+      lane[pos] = offset[pos] - base;
+      spread = std::max(spread, lane[pos]);
+    }
   }
   return spread;
 }
 
 // Positions [from, out_w) of one plane row: taps summed in order, padded
 // (zero) taps included, as the AVX2 loop does.
-void PlaneRow(const float* in, const int* offset, const float* table, int taps, int from, int out_w,
-              float* dst) {
+void PlaneRow(const float* in, const PlaneTaps& t, int from, int out_w, float* dst) {
   for (int pos = from; pos < out_w; ++pos) {
-    const float* p = in + offset[pos];
-    const float* w = table + size_t(pos / kPlaneGroup) * taps * kPlaneGroup + pos % kPlaneGroup;
+    const float* p = in + t.offset[pos];
+    const float* w = t.Weights(pos);
     float sum = w[0] * p[0];
-    for (int k = 1; k < taps; ++k) sum = sum + w[k * kPlaneGroup] * p[k];
+    for (int k = 1; k < t.taps; ++k) sum = sum + w[k * kPlaneGroup] * p[k];
     dst[pos] = sum;
   }
 }
 
 #ifdef SATURATE_RESIZE_AVX2
-// PlaneRow, 8 positions at a time. kWide: taps spread up to 15 apart within
-// a group (two windows), else up to 7 (one).
+// PlaneRow, 8 positions at a time. kWide: a spread up to 15 (two windows),
+// else up to 7 (one).
 template <int kTaps, bool kWide>
-SATURATE_TARGET_AVX2 void PlaneRowAvx2(const float* in, const int* offset, const float* table,
-                                       int taps, int out_w, float* dst) {
-  const int n = kTaps > 0 ? kTaps : taps;
+SATURATE_TARGET_AVX2 void PlaneRowAvx2(const float* in, const PlaneTaps& t, int out_w, float* dst) {
+  const int n = kTaps > 0 ? kTaps : t.taps;
   int pos = 0;
   for (; pos + kPlaneGroup <= out_w; pos += kPlaneGroup) {
-    const int base = std::min(offset[pos], offset[pos + kPlaneGroup - 1]);
-    const __m256i lane =
-        _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(offset + pos)),
-                         _mm256_set1_epi32(base));
+    const __m256i lane = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.lane + pos));
     const __m256 upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(7)));
-    const float* p = in + base;
-    const float* w = table + size_t(pos / kPlaneGroup) * n * kPlaneGroup;
+    const float* p = in + (t.offset[pos] - t.lane[pos]);
+    const float* w = t.Weights(pos);
     __m256 sum = _mm256_setzero_ps();
     for (int k = 0; k < n; ++k) {
       __m256 v = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + k), lane);
@@ -918,34 +933,36 @@ SATURATE_TARGET_AVX2 void PlaneRowAvx2(const float* in, const int* offset, const
     }
     _mm256_storeu_ps(dst + pos, sum);
   }
-  PlaneRow(in, offset, table, n, pos, out_w, dst);
+  PlaneRow(in, t, pos, out_w, dst);
 }
 #endif
 
 // One plane row's horizontal pass (in: the row as floats, kPlanePad zeros
 // past its end).
-void PlaneRowAny(bool avx2, int spread, const float* in, const int* offset, const float* table,
-                 int taps, int out_w, float* dst) {
+void PlaneRowAny(bool avx2, const float* in, const PlaneTaps& t, int out_w, float* dst) {
 #ifdef SATURATE_RESIZE_AVX2
-  if (avx2 && spread < 2 * kPlaneGroup) {
-    return WithTaps(taps, [&]<int kTaps>() {
-      if (spread < kPlaneGroup)
-        return PlaneRowAvx2<kTaps, false>(in, offset, table, taps, out_w, dst);
-      PlaneRowAvx2<kTaps, true>(in, offset, table, taps, out_w, dst);
+  if (avx2 && t.spread < 2 * kPlaneGroup) {
+    return WithTaps(t.taps, [&]<int kTaps>() {
+      if (t.spread < kPlaneGroup) return PlaneRowAvx2<kTaps, false>(in, t, out_w, dst);
+      PlaneRowAvx2<kTaps, true>(in, t, out_w, dst);
     });
   }
 #endif
-  (void)avx2, (void)spread;
-  PlaneRow(in, offset, table, taps, 0, out_w, dst);
+  (void)avx2;
+  PlaneRow(in, t, 0, out_w, dst);
 }
 
 // Resizes the source box of one 8-bit plane to out_w x out_h bytes at out.
+// same_taps: the previous call had the same box, size and flip (Cr after
+// Cb), so its taps and tables still hold.
 void ResamplePlane(const uint8_t* src, size_t src_stride, const SourceBox& b, int out_w, int out_h,
-                   bool hflip, uint8_t* out, DecodeScratch::Impl& s) {
+                   bool hflip, bool same_taps, uint8_t* out, DecodeScratch::Impl& s) {
   AxisTaps& xt = s.x_taps;
   AxisTaps& yt = s.y_taps;
-  ComputeTaps(b.x0, b.x0 + b.w, b.cx0, b.cx1, out_w, &xt);
-  ComputeTaps(b.y0, b.y0 + b.h, b.cy0, b.cy1, out_h, &yt);
+  if (!same_taps) {
+    ComputeTaps(b.x0, b.x0 + b.w, b.cx0, b.cx1, out_w, &xt);
+    ComputeTaps(b.y0, b.y0 + b.h, b.cy0, b.cy1, out_h, &yt);
+  }
   const int row_lo = yt.first[0];
   const int row_hi = yt.first[out_h - 1] + yt.count[out_h - 1];
   const int col_lo = xt.first[0];
@@ -957,9 +974,12 @@ void ResamplePlane(const uint8_t* src, size_t src_stride, const SourceBox& b, in
   const int groups = (out_w + kPlaneGroup - 1) / kPlaneGroup;
   float* xw = Grow(s.x_table, size_t(groups) * x_taps * kPlaneGroup);
   float* yw = Grow(s.y_table, size_t(out_h) * y_taps * 4);
-  int* x_offset = Grow(s.x_offset, out_w);
-  const int spread = PlaneTable(xt, out_w, x_taps, hflip, col_lo, xw, x_offset);
-  VerticalTable(yt, out_h, y_taps, yw);
+  int* x_offset = Grow(s.x_offset, 2 * size_t(out_w));  // Offsets, then lanes.
+  if (!same_taps) {
+    s.plane_spread = PlaneTable(xt, out_w, x_taps, hflip, col_lo, xw, x_offset, x_offset + out_w);
+    VerticalTable(yt, out_h, y_taps, yw);
+  }
+  const PlaneTaps taps{x_offset, x_offset + out_w, xw, x_taps, s.plane_spread};
   // The row the horizontal pass reads, zero past `cols` (see kPlanePad).
   const size_t line_len = size_t(cols) + x_taps + kPlanePad;
   float* line = Grow(s.quad, line_len);
@@ -971,8 +991,7 @@ void ResamplePlane(const uint8_t* src, size_t src_stride, const SourceBox& b, in
       for (const int need = yt.first[y] + yt.count[y]; done < need; ++done) {
         const uint8_t* p = src + src_stride * done + col_lo;
         for (int i = 0; i < cols; ++i) line[i] = p[i];
-        PlaneRowAny(avx2, spread, line, x_offset, xw, x_taps, out_w,
-                    mid + size_t(out_w) * (done - row_lo));
+        PlaneRowAny(avx2, line, taps, out_w, mid + size_t(out_w) * (done - row_lo));
       }
       VerticalToBytes(avx2, mid + size_t(out_w) * (yt.first[y] - row_lo), out_w,
                       yw + size_t(y) * y_taps * 4, yt.count[y], out_w, out + size_t(out_w) * y);
@@ -983,7 +1002,7 @@ void ResamplePlane(const uint8_t* src, size_t src_stride, const SourceBox& b, in
   for (int y = 0; y < out_h; ++y) {
     VerticalToFloats(avx2, src + src_stride * yt.first[y] + col_lo, src_stride,
                      yw + size_t(y) * y_taps * 4, yt.count[y], cols, line);
-    PlaneRowAny(avx2, spread, line, x_offset, xw, x_taps, out_w, hrow);
+    PlaneRowAny(avx2, line, taps, out_w, hrow);
     FloatsToBytes(hrow, out_w, out + size_t(out_w) * y);
   }
 }
@@ -1014,29 +1033,60 @@ void YccToRgb(const uint8_t* y, const uint8_t* cb, const uint8_t* cr, size_t fro
 }
 
 #ifdef SATURATE_RESIZE_AVX2
-// YccToRgb, 32 pixels at a time, in 32-bit lanes: the same integers.
+// ((c * x) + 2^15) >> 16 for 16 int16 lanes x in [-128, 127], c in int16:
+// mulhi of 2x gives floor(c * x / 2^15), and (m + 1) >> 1 of that is the
+// rounded floor(c * x / 2^16 + 1/2) (as libjpeg-turbo's SIMD does).
+SATURATE_TARGET_AVX2 inline __m256i RoundedProduct(__m256i twice_x, int16_t c) {
+  const __m256i m = _mm256_mulhi_epi16(twice_x, _mm256_set1_epi16(c));
+  return _mm256_srai_epi16(_mm256_add_epi16(m, _mm256_set1_epi16(1)), 1);
+}
+
+// ((a * x + b * y) + 2^15) >> 16 for 16 int16 lanes, in 32-bit sums. The
+// 16-bit interleaves and the signed pack both work per 128-bit half, so the
+// lanes come back in order.
+SATURATE_TARGET_AVX2 inline __m256i RoundedSum(__m256i x, __m256i y, int16_t a, int16_t b) {
+  const __m256i ab = _mm256_set1_epi32(int32_t(uint16_t(a)) | int32_t(uint32_t(uint16_t(b)) << 16));
+  const __m256i half = _mm256_set1_epi32(kYccHalf);
+  __m256i sums[2] = {_mm256_unpacklo_epi16(x, y), _mm256_unpackhi_epi16(x, y)};
+  for (__m256i& xy : sums) {
+    xy = _mm256_srai_epi32(_mm256_add_epi32(_mm256_madd_epi16(xy, ab), half), kYccShift);
+  }
+  return _mm256_packs_epi32(sums[0], sums[1]);
+}
+
+// 16 bytes at p as int16 lanes.
+SATURATE_TARGET_AVX2 inline __m256i Widen16Shorts(const uint8_t* p) {
+  return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// 2 x 16 int16 lanes saturated to [0, 255] (the clamp), as 32 bytes in order.
+SATURATE_TARGET_AVX2 inline __m256i PackShorts(__m256i lo, __m256i hi) {
+  return _mm256_permute4x64_epi64(_mm256_packus_epi16(lo, hi), 0xD8);
+}
+
+// YccToRgb, 32 pixels at a time in int16 lanes: the same integers, from
+// 91881 = 2^16 + 26345, 116130 = 2^17 - 14942 and -46802 = -2^16 + 18734
+// (each second term fits int16):
+//   R = Y + Cr' + round(26345 Cr'), B = Y + 2 Cb' + round(-14942 Cb'),
+//   G = Y - Cr' + round(-22554 Cb' + 18734 Cr'), round(x) = (x + 2^15) >> 16.
 SATURATE_TARGET_AVX2 void YccToRgbAvx2(const uint8_t* y, const uint8_t* cb, const uint8_t* cr,
                                        size_t n, uint8_t* out, size_t plane) {
-  const __m256i c128 = _mm256_set1_epi32(128), half = _mm256_set1_epi32(kYccHalf);
-  const __m256i cr_r = _mm256_set1_epi32(kCrToR), cb_g = _mm256_set1_epi32(kCbToG);
-  const __m256i cr_g = _mm256_set1_epi32(kCrToG), cb_b = _mm256_set1_epi32(kCbToB);
+  static_assert(kCrToR == 65536 + 26345 && kCbToB == 131072 - 14942 && kCrToG == -65536 + 18734);
+  const __m256i c128 = _mm256_set1_epi16(128);
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    __m256i r[4], g[4], b[4];
-    for (int j = 0; j < 4; ++j) {
-      const size_t at = i + 8 * j;
-      const __m256i l = Widen8Ints(y + at);
-      const __m256i u = _mm256_sub_epi32(Widen8Ints(cb + at), c128);
-      const __m256i v = _mm256_sub_epi32(Widen8Ints(cr + at), c128);
-      const __m256i rv = _mm256_mullo_epi32(v, cr_r);
-      const __m256i gv = _mm256_add_epi32(_mm256_mullo_epi32(u, cb_g), _mm256_mullo_epi32(v, cr_g));
-      const __m256i bv = _mm256_mullo_epi32(u, cb_b);
-      r[j] = _mm256_add_epi32(l, _mm256_srai_epi32(_mm256_add_epi32(rv, half), kYccShift));
-      g[j] = _mm256_add_epi32(l, _mm256_srai_epi32(_mm256_add_epi32(gv, half), kYccShift));
-      b[j] = _mm256_add_epi32(l, _mm256_srai_epi32(_mm256_add_epi32(bv, half), kYccShift));
+    __m256i r[2], g[2], b[2];
+    for (int j = 0; j < 2; ++j) {
+      const size_t at = i + 16 * j;
+      const __m256i l = Widen16Shorts(y + at);
+      const __m256i u = _mm256_sub_epi16(Widen16Shorts(cb + at), c128);
+      const __m256i v = _mm256_sub_epi16(Widen16Shorts(cr + at), c128);
+      const __m256i u2 = _mm256_add_epi16(u, u), v2 = _mm256_add_epi16(v, v);
+      r[j] = _mm256_add_epi16(_mm256_add_epi16(l, v), RoundedProduct(v2, 26345));
+      b[j] = _mm256_add_epi16(_mm256_add_epi16(l, u2), RoundedProduct(u2, -14942));
+      g[j] = _mm256_add_epi16(_mm256_sub_epi16(l, v), RoundedSum(u, v, kCbToG, 18734));
     }
-    // The packs saturate: the clamp to [0, 255].
-    const __m256i rgb[3] = {PackInts(r), PackInts(g), PackInts(b)};
+    const __m256i rgb[3] = {PackShorts(r[0], r[1]), PackShorts(g[0], g[1]), PackShorts(b[0], b[1])};
     if (plane != 0) {
       for (int c = 0; c < 3; ++c) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c * plane + i), rgb[c]);
@@ -1309,6 +1359,7 @@ Status DecodeJpegPlanes(jpeg_decompress_struct& c, int scale, double fx0, double
   s.last_decoded_ycc_planes = true;
   const size_t n = size_t(out_w) * out_h;
   uint8_t* ycc = Grow(s.ycc, 3 * n);
+  SourceBox last{};
   for (int i = 0; i < 3; ++i) {
     // Component pixels per scaled luma pixel (1/2 for subsampled chroma).
     const jpeg_component_info& k = c.comp_info[i];
@@ -1328,7 +1379,9 @@ Status DecodeJpegPlanes(jpeg_decompress_struct& c, int scale, double fx0, double
                         std::min(w, static_cast<int>(std::ceil(std::ceil(fx1) * rx))),
                         static_cast<int>(std::floor(std::floor(fy0) * ry)),
                         std::min(h, static_cast<int>(std::ceil(std::ceil(fy1) * ry)))};
-    ResamplePlane(px + start[i], stride[i], box, out_w, out_h, hflip, ycc + i * n, s);
+    ResamplePlane(px + start[i], stride[i], box, out_w, out_h, hflip, i > 0 && box == last,
+                  ycc + i * n, s);
+    last = box;
   }
   YccToRgbAny(HasAvx2(), ycc, ycc + n, ycc + 2 * n, n, out, planar ? n : 0);
   return Status::OK();
