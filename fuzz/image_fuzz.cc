@@ -1,9 +1,9 @@
 // libFuzzer target: arbitrary bytes through the image probe, validation and
 // decode that pack and inspect run on untrusted files, and through the
-// loader's crop decode. A crop decode of the input and of its restart-marked
-// copy (AddJpegRestartMarkers, which the loader cuts to the crop's MCUs)
-// must give the same bytes, and in CHW layout the same bytes split into
-// planes.
+// loader's crop decode. The input's restart-marked copy
+// (AddJpegRestartMarkers) must give the same bytes cut to the crop's MCUs
+// (as the loader does) as decoded whole, with and without the AVX2 loops,
+// and in CHW layout the same bytes split into planes.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -41,18 +41,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const CropRect crop = CropFor(data, size, probe->width, probe->height);
   const int shrink = 1 + (size > 4 ? data[size - 5] % 4 : 0);  // DCT scales 8/8 to 2/8
   const int out_w = std::max(1, crop.width / shrink), out_h = std::max(1, crop.height / shrink);
-  std::vector<uint8_t> direct(size_t(out_w) * out_h * 3), marked(direct.size());
-  DecodeScratch scratch;
+  std::vector<uint8_t> direct(size_t(out_w) * out_h * 3), cut(direct.size()),
+      whole(direct.size()), portable(direct.size());
+  DecodeScratch scratch, whole_scratch;
+  whole_scratch.set_cut_restart_index(false);
   const bool direct_ok =
       DecodeCropResize(bytes, crop, out_w, out_h, false, direct.data(), &scratch).ok();
   auto copy = saturate::image::AddJpegRestartMarkers(bytes);
   if (!copy.ok() || !direct_ok) return 0;
-  if (!DecodeCropResize(*copy, crop, out_w, out_h, false, marked.data(), &scratch).ok() ||
-      marked != direct) {
-    __builtin_trap();
-  }
-  std::vector<uint8_t> planes(direct.size()), want(direct.size());
-  saturate::image::ConvertPixels(direct.data(), out_h, out_w, nullptr, nullptr, Layout::kCHW,
+  const bool cut_ok = DecodeCropResize(*copy, crop, out_w, out_h, false, cut.data(), &scratch).ok();
+  const bool whole_ok =
+      DecodeCropResize(*copy, crop, out_w, out_h, false, whole.data(), &whole_scratch).ok();
+  saturate::image::DisableAvx2ResizeForTesting(true);
+  const bool portable_ok =
+      DecodeCropResize(*copy, crop, out_w, out_h, false, portable.data(), &scratch).ok();
+  saturate::image::DisableAvx2ResizeForTesting(false);
+  if (!cut_ok || !whole_ok || !portable_ok || cut != whole || portable != cut) __builtin_trap();
+  std::vector<uint8_t> planes(cut.size()), want(cut.size());
+  saturate::image::ConvertPixels(cut.data(), out_h, out_w, nullptr, nullptr, Layout::kCHW,
                                  saturate::image::PixelType::kUInt8, want.data());
   if (!DecodeCropResize(*copy, crop, out_w, out_h, false, planes.data(), &scratch, Layout::kCHW)
            .ok() ||

@@ -131,9 +131,13 @@ enum class Layout { kHWC, kCHW };
 // the crop are not decoded at all, so damage there goes unnoticed. A JPEG
 // with a restart marker after every MCU (AddJpegRestartMarkers) is first cut
 // down to the MCUs around the crop, so those beside and above it are not
-// entropy-decoded either; the output bytes are the same. Gray and CMYK JPEGs
-// become RGB; PNG alpha is composited onto black (as DecodeRgb). PNG is
-// decoded in full, then cropped.
+// entropy-decoded either (the output bytes are those of decoding it whole).
+// If it is YCbCr, its components are then resized as stored (chroma at its
+// own resolution, not upsampled) and only the output pixels are converted
+// to RGB, with libjpeg's arithmetic: the bytes differ from the RGB path's by
+// rounding (40+ dB PSNR). Gray and CMYK JPEGs become RGB; PNG alpha is
+// composited onto black (as DecodeRgb). PNG is decoded in full, then
+// cropped.
 Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop, int out_width,
                         int out_height, bool hflip, uint8_t* out, DecodeScratch* scratch,
                         Layout layout = Layout::kHWC);
