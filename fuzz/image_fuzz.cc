@@ -41,8 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const CropRect crop = CropFor(data, size, probe->width, probe->height);
   const int shrink = 1 + (size > 4 ? data[size - 5] % 4 : 0);  // DCT scales 8/8 to 2/8
   const int out_w = std::max(1, crop.width / shrink), out_h = std::max(1, crop.height / shrink);
-  std::vector<uint8_t> direct(size_t(out_w) * out_h * 3), cut(direct.size()),
-      whole(direct.size()), portable(direct.size());
+  std::vector<uint8_t> direct(size_t(out_w) * out_h * 3), cut(direct.size()), whole(direct.size()),
+      portable(direct.size());
   DecodeScratch scratch, whole_scratch;
   whole_scratch.set_cut_restart_index(false);
   const bool direct_ok =
