@@ -1285,17 +1285,18 @@ size_t CutMcus(const uint8_t* jpeg, const std::vector<uint32_t>& starts, const M
 }
 
 // The MCUs covering the whole scaled pixels of the crop [fx0, fx1) x
-// [fy0, fy1) at DCT scale s/8, plus one scaled pixel on each side: chroma
-// upsampling makes the outermost pixels of a cut image differ from the
-// full decode, so they must not reach the filter taps.
-McuRange RangeAround(const McuGrid& g, int width, int height, int scale, double fx0, double fx1,
-                     double fy0, double fy1) {
+// [fy0, fy1) at DCT scale s/8, plus `margin` scaled pixels on each side.
+// Decoding to RGB needs a margin of 1: chroma upsampling makes the outermost
+// pixels of a cut image differ from the full decode, so they must not reach
+// the filter taps. Components (DecodeJpegPlanes) are exact block by block.
+McuRange RangeAround(const McuGrid& g, int width, int height, int scale, int margin, double fx0,
+                     double fx1, double fy0, double fy1) {
   const int sw = g.mcu_w * scale / 8, sh = g.mcu_h * scale / 8;  // MCU in scaled pixels
   McuRange r;
-  r.c0 = std::max(0, (static_cast<int>(std::floor(fx0)) - 1) / sw);
-  r.c1 = std::min(g.mcus_x, (static_cast<int>(std::ceil(fx1)) + sw) / sw);
-  r.r0 = std::max(0, (static_cast<int>(std::floor(fy0)) - 1) / sh);
-  r.r1 = std::min(g.mcus_y, (static_cast<int>(std::ceil(fy1)) + sh) / sh);
+  r.c0 = std::max(0, (static_cast<int>(std::floor(fx0)) - margin) / sw);
+  r.c1 = std::min(g.mcus_x, (static_cast<int>(std::ceil(fx1)) - 1 + margin) / sw + 1);
+  r.r0 = std::max(0, (static_cast<int>(std::floor(fy0)) - margin) / sh);
+  r.r1 = std::min(g.mcus_y, (static_cast<int>(std::ceil(fy1)) - 1 + margin) / sh + 1);
   r.width = std::min(width, r.c1 * g.mcu_w) - r.c0 * g.mcu_w;
   r.height = std::min(height, r.r1 * g.mcu_h) - r.r0 * g.mcu_h;
   return r;
@@ -1437,7 +1438,8 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
   auto grid = RestartGrid(c);
   bool indexed = grid.has_value();  // No rows or columns to skip: it is cut, or whole.
   if (grid) {
-    const McuRange r = RangeAround(*grid, width, height, scale, fx0, fx1, fy0, fy1);
+    const int margin = HasYccPlanes(c) ? 0 : 1;
+    const McuRange r = RangeAround(*grid, width, height, scale, margin, fx0, fx1, fy0, fy1);
     const bool whole = r.c0 == 0 && r.r0 == 0 && r.c1 == grid->mcus_x && r.r1 == grid->mcus_y;
     const size_t start = encoded.size() - c.src->bytes_in_buffer;  // after SOS
     const size_t mcus_needed = size_t(r.r1 - 1) * grid->mcus_x + r.c1;
