@@ -1589,11 +1589,19 @@ void ConvertAffine(const uint8_t* hwc, size_t pixels, const float* scale, const 
     }
     return;
   }
-  for (int c = 0; c < 3; ++c) {
-    const float sc = scale[c], bc = bias[c];
-    Out* o = out + pixels * c;
-    const uint8_t* in = hwc + c;
-    for (size_t i = 0; i < pixels; ++i) o[i] = store(in[3 * i] * sc + bc);
+  // CHW: split a block of pixels into planes first, so that each channel's
+  // loop reads contiguous bytes and vectorizes (a stride-3 read does not).
+  constexpr size_t kBlock = 1024;
+  uint8_t planes[3][kBlock];
+  for (size_t start = 0; start < pixels; start += kBlock) {
+    const size_t n = std::min(kBlock, pixels - start);
+    RgbToPlanes(hwc + 3 * start, n, planes[0], planes[1], planes[2]);
+    for (int c = 0; c < 3; ++c) {
+      const float sc = scale[c], bc = bias[c];
+      Out* o = out + pixels * c + start;
+      const uint8_t* in = planes[c];
+      for (size_t i = 0; i < n; ++i) o[i] = store(in[i] * sc + bc);
+    }
   }
 }
 

@@ -626,6 +626,31 @@ TEST(ConvertPixelsTest, Float32Normalize) {
   EXPECT_NEAR(f[3], (1 - 0.485) / 0.229, 1e-6);  // 2.2489
 }
 
+// CHW is the HWC result transposed, for every dtype, over sizes that cross
+// the blocks the CHW path splits its input into.
+TEST(ConvertPixelsTest, ChwIsHwcTransposed) {
+  std::mt19937 rng(5);
+  const float mean[3] = {0.485f, 0.456f, 0.406f};
+  const float std[3] = {0.229f, 0.224f, 0.225f};
+  for (const auto& [h, w] : {std::pair{37, 53}, std::pair{1, 1}, std::pair{32, 32}}) {
+    const size_t n = size_t(h) * w;
+    std::vector<uint8_t> px(3 * n);
+    for (uint8_t& v : px) v = static_cast<uint8_t>(rng());
+    for (PixelType type : {PixelType::kFloat32, PixelType::kFloat16, PixelType::kBFloat16}) {
+      const size_t size = PixelTypeSize(type);
+      std::vector<uint8_t> hwc(3 * n * size), chw(hwc.size());
+      ConvertPixels(px.data(), h, w, mean, std, Layout::kHWC, type, hwc.data());
+      ConvertPixels(px.data(), h, w, mean, std, Layout::kCHW, type, chw.data());
+      for (size_t p = 0; p < n; ++p) {
+        for (int c = 0; c < 3; ++c) {
+          ASSERT_EQ(std::memcmp(&chw[(c * n + p) * size], &hwc[(3 * p + c) * size], size), 0)
+              << h << "x" << w << " pixel " << p << " channel " << c;
+        }
+      }
+    }
+  }
+}
+
 TEST(ConvertPixelsTest, HalfBitsExact) {
   EXPECT_EQ(FloatToHalfBits(0.0f), 0x0000);
   EXPECT_EQ(FloatToHalfBits(-0.0f), 0x8000);
