@@ -785,19 +785,32 @@ void HorizontalToBytes(bool avx2, const float* row, const int* offset, const flo
   rows.Done(y);
 }
 
+// The source rectangle [col_lo, col_hi) x [row_lo, row_hi) that taps read.
+struct Reach {
+  int row_lo, row_hi, col_lo, col_hi;
+};
+
+// Computes the taps of box b into s.x_taps and s.y_taps (unless `keep`:
+// they are still those of b) and returns what they read. Taps are
+// monotonic, so the first and last outputs bound it.
+Reach BoxTaps(const SourceBox& b, int out_w, int out_h, bool keep, DecodeScratch::Impl& s) {
+  const AxisTaps& xt = s.x_taps;
+  const AxisTaps& yt = s.y_taps;
+  if (!keep) {
+    ComputeTaps(b.x0, b.x0 + b.w, b.cx0, b.cx1, out_w, &s.x_taps);
+    ComputeTaps(b.y0, b.y0 + b.h, b.cy0, b.cy1, out_h, &s.y_taps);
+  }
+  return {yt.first[0], yt.first[out_h - 1] + yt.count[out_h - 1], xt.first[0],
+          xt.first[out_w - 1] + xt.count[out_w - 1]};
+}
+
 // Resizes the source box of an RGB8 image to out_w x out_h, interleaved or
 // (`planar`) as three planes.
 void ResampleBox(const uint8_t* src, size_t src_stride, const SourceBox& b, int out_w, int out_h,
                  bool hflip, uint8_t* out, bool planar, DecodeScratch::Impl& s) {
-  AxisTaps& xt = s.x_taps;
-  AxisTaps& yt = s.y_taps;
-  ComputeTaps(b.x0, b.x0 + b.w, b.cx0, b.cx1, out_w, &xt);
-  ComputeTaps(b.y0, b.y0 + b.h, b.cy0, b.cy1, out_h, &yt);
-  // Taps are monotonic, so [row_lo, row_hi) x [col_lo, col_hi) covers all.
-  const int row_lo = yt.first[0];
-  const int row_hi = yt.first[out_h - 1] + yt.count[out_h - 1];
-  const int col_lo = xt.first[0];
-  const int col_hi = xt.first[out_w - 1] + xt.count[out_w - 1];
+  const AxisTaps& xt = s.x_taps;
+  const AxisTaps& yt = s.y_taps;
+  const auto [row_lo, row_hi, col_lo, col_hi] = BoxTaps(b, out_w, out_h, /*keep=*/false, s);
   const int cols = col_hi - col_lo;
   const size_t out_row = size_t(out_w) * 3;
   const bool avx2 = HasAvx2();
@@ -957,16 +970,9 @@ void PlaneRowAny(bool avx2, const float* in, const PlaneTaps& t, int out_w, floa
 // Cb), so its taps and tables still hold.
 void ResamplePlane(const uint8_t* src, size_t src_stride, const SourceBox& b, int out_w, int out_h,
                    bool hflip, bool same_taps, uint8_t* out, DecodeScratch::Impl& s) {
-  AxisTaps& xt = s.x_taps;
-  AxisTaps& yt = s.y_taps;
-  if (!same_taps) {
-    ComputeTaps(b.x0, b.x0 + b.w, b.cx0, b.cx1, out_w, &xt);
-    ComputeTaps(b.y0, b.y0 + b.h, b.cy0, b.cy1, out_h, &yt);
-  }
-  const int row_lo = yt.first[0];
-  const int row_hi = yt.first[out_h - 1] + yt.count[out_h - 1];
-  const int col_lo = xt.first[0];
-  const int col_hi = xt.first[out_w - 1] + xt.count[out_w - 1];
+  const AxisTaps& xt = s.x_taps;
+  const AxisTaps& yt = s.y_taps;
+  const auto [row_lo, row_hi, col_lo, col_hi] = BoxTaps(b, out_w, out_h, same_taps, s);
   const int cols = col_hi - col_lo;
   const bool avx2 = HasAvx2();
   const bool h_first = row_hi - row_lo <= out_h;  // As ResampleBox.
