@@ -1355,7 +1355,10 @@ Status DecodeJpegPlanes(jpeg_decompress_struct& c, int scale, double fx0, double
               arrays[i][r] = px + start[i] + stride[i] * (size_t(n) * per_read[i] + r);
             }
           }
-          jpeg_read_raw_data(&c, arrays, static_cast<JDIMENSION>(lines));
+          if (jpeg_read_raw_data(&c, arrays, static_cast<JDIMENSION>(lines)) !=
+              static_cast<JDIMENSION>(lines)) {
+            ERREXIT(&c, JERR_INPUT_EOF);
+          }
         }
       })) {
     return s.JpegError();
@@ -1451,7 +1454,7 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
     const size_t mcus_needed = size_t(r.r1 - 1) * grid->mcus_x + r.c1;
     size_t cut_bytes = 0;
     if (whole || !s.cut_restart_index) {
-      // Decoded whole.
+      // Nothing to cut away (or told not to): decoded whole, still indexed.
     } else if (IndexMcus(data, encoded.size(), start, mcus_needed, &s.mcu_starts) &&
                (cut_bytes = CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg)) >
                    0) {
