@@ -52,7 +52,9 @@ def pack(
 
     JPEGs are stored losslessly rewritten with a restart marker per MCU (the same
     pixels, 4–8% more bytes), so that the loader entropy-decodes only the MCUs
-    around each crop; ``keep_jpeg_bytes=True`` stores them byte for byte.
+    around each crop and resizes their YCbCr components as stored (batches equal
+    to those of the original bytes up to rounding); ``keep_jpeg_bytes=True``
+    stores them byte for byte.
 
     The output appears at ``out`` only when complete; ``force`` replaces an existing
     dataset (never a directory that is not one).
