@@ -74,7 +74,8 @@ sat=$build/tools/saturate/saturate
 echo "== datasets ($data)"
 mkdir -p "$data"
 photos=$data/photos
-have=$(find "$photos/train" -name '*.jpg' 2>/dev/null | wc -l)
+have=0  # (find on a missing folder fails, and pipefail would end the script)
+if [[ -d $photos/train ]]; then have=$(find "$photos/train" -name '*.jpg' | wc -l); fi
 if [[ $have != "$photos_count" ]]; then
   echo "making $photos_count photos in $photos (found $have)"
   "$root/scripts/make-photo-dataset" "$photos" --train "$photos_count" --val 0 --force
