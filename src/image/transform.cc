@@ -877,15 +877,17 @@ constexpr int kPlanePad = 16;   // Zero floats past a row's end: the windows' ov
 // positions 8g..8g+7 at weights[(g * taps + k) * 8], zero past each
 // position's own count. lane[pos] = offset[pos] - the group's smallest
 // offset, at most `spread`.
+inline size_t PlaneWeightIndex(int pos, int taps) {
+  return size_t(pos / kPlaneGroup) * taps * kPlaneGroup + pos % kPlaneGroup;
+}
+
 struct PlaneTaps {
   const int* offset;
   const int* lane;
   const float* weights;
   int taps;
   int spread;
-  const float* Weights(int pos) const {
-    return weights + size_t(pos / kPlaneGroup) * taps * kPlaneGroup + pos % kPlaneGroup;
-  }
+  const float* Weights(int pos) const { return weights + PlaneWeightIndex(pos, taps); }
 };
 
 // Fills the arrays of a PlaneTaps from t (outputs in reverse order if hflip)
@@ -895,7 +897,7 @@ int PlaneTable(const AxisTaps& t, int out_w, int taps, bool hflip, int col0, flo
   for (int pos = 0; pos < out_w; ++pos) {
     const int x = hflip ? out_w - 1 - pos : pos;
     const float* w = t.weights.data() + size_t(x) * t.stride;
-    float* d = weights + size_t(pos / kPlaneGroup) * taps * kPlaneGroup + pos % kPlaneGroup;
+    float* d = weights + PlaneWeightIndex(pos, taps);
     for (int k = 0; k < taps; ++k) d[k * kPlaneGroup] = k < t.count[x] ? w[k] : 0.0f;
     offset[pos] = t.first[x] - col0;
   }
@@ -1442,8 +1444,6 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
   const double f = scale / 8.0;
   double fx0 = crop.x * f, fx1 = (crop.x + crop.width) * f;
   double fy0 = crop.y * f, fy1 = (crop.y + crop.height) * f;
-  s.last_used_restart_index = false;
-  s.last_decoded_ycc_planes = false;
   auto grid = RestartGrid(c);
   bool indexed = grid.has_value();  // No rows or columns to skip: it is cut, or whole.
   if (grid) {
@@ -1453,11 +1453,15 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
     const size_t start = encoded.size() - c.src->bytes_in_buffer;  // after SOS
     const size_t mcus_needed = size_t(r.r1 - 1) * grid->mcus_x + r.c1;
     size_t cut_bytes = 0;
-    if (whole || !s.cut_restart_index) {
-      // Nothing to cut away (or told not to): decoded whole, still indexed.
-    } else if (IndexMcus(data, encoded.size(), start, mcus_needed, &s.mcu_starts) &&
-               (cut_bytes = CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg)) >
-                   0) {
+    // Cut, unless nothing is to be cut away (or told not to): then it is
+    // decoded whole, and still indexed. A failed index falls back to RGB.
+    if (!whole && s.cut_restart_index) {
+      if (!IndexMcus(data, encoded.size(), start, mcus_needed, &s.mcu_starts) ||
+          (cut_bytes = CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg)) == 0) {
+        indexed = false;
+      }
+    }
+    if (cut_bytes > 0) {
       jpeg_abort_decompress(&c);
       if (!Guarded(s.err, [&] {
             jpeg_mem_src(&c, s.roi_jpeg.data(), cut_bytes);
@@ -1468,8 +1472,6 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
       const double dx = r.c0 * grid->mcu_w * f, dy = r.r0 * grid->mcu_h * f;  // whole pixels
       fx0 -= dx, fx1 -= dx, fy0 -= dy, fy1 -= dy;
       s.last_used_restart_index = true;
-    } else {
-      indexed = false;
     }
   }
   if (indexed && HasYccPlanes(c)) {
@@ -1708,6 +1710,8 @@ Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner
   }
   SATURATE_RETURN_IF_ERROR(CheckSize(out_width, out_height));
   DecodeScratch::Impl& s = scratch->impl();
+  s.last_used_restart_index = false;  // Set by the paths that take them.
+  s.last_decoded_ycc_planes = false;
   const bool planar = layout == Layout::kCHW;
   switch (SniffFormat(encoded)) {
     case ImageFormat::kJpeg:
