@@ -9,9 +9,11 @@
 #define SATURATE_DOCTOR_ANALYSIS_H_
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "doctor/run.h"
@@ -27,6 +29,16 @@ struct Evidence {
   std::string text;
 };
 
+// A place in the user's code behind a finding (from the auto-instrumentation).
+struct SiteStat {
+  std::string site;    // "train.py:42"
+  std::string op;      // ".item()", "torch.save", "copy", ...
+  std::string device;  // host syncs: "cuda" (a real wait) or "cpu"; else empty
+  int64_t count = 0;
+  double per_step = 0;  // calls per training step
+  double total_s = 0;   // time spent in those calls
+};
+
 struct Finding {
   std::string cause;  // a cause id: input_pipeline, io_bound, cpu_contention, parallelism, ...
   std::string title;  // one line: what is wrong
@@ -40,12 +52,31 @@ struct Finding {
   // Advice with no measured time lost (e.g. `monitoring`: add step marks).
   // Not ranked and not subject to min_time_lost_pct; listed after the rest.
   bool info = false;
+  std::vector<SiteStat> sites;  // where in the code, largest first
 };
 
 // A histogram with explicit bucket upper edges (the last bucket is open).
 struct Histogram {
   std::vector<double> upper_edges;  // ascending
   std::vector<int64_t> counts;      // upper_edges.size() + 1 buckets
+};
+
+// One step on the training thread, as the phases that filled it: a row of
+// the report's waterfall.
+struct StepWaterfall {
+  int64_t step = 0;  // 1 = the first full step (between the first two marks)
+  double start_s = 0;
+  double dur_s = 0;
+  std::vector<std::tuple<std::string, double, double>> segments;  // (phase, offset_s, dur_s)
+};
+
+// What the auto-instrumentation recorded, for "what was not captured".
+struct AutoSummary {
+  std::optional<bool> enabled;  // meta.json's auto_instrument (unknown on older runs)
+  int processes = 0;            // Python processes that recorded
+  std::string torch_version;    // of the training process when known
+  std::map<std::string, std::string> missing;  // hook -> why, over all processes
+  int64_t errors = 0;
 };
 
 struct PhaseShare {
@@ -137,6 +168,25 @@ struct Features {
   // Model hints, from a user "model" counter ({"precision_bits": 32}).
   std::optional<int64_t> precision_bits;
 
+  // ---- From the auto-instrumentation (docs/auto.md) --------------------------
+
+  AutoSummary auto_info;
+  // Which loader the rules talk about: "saturate" (its counters), "torch" (a
+  // DataLoader seen by the auto-instrumentation; loader_threads is then its
+  // num_workers and loader_prefetch its prefetch_factor) or "" (none seen).
+  std::string loader_kind;
+  std::string loader_site;  // where the DataLoader was built
+  // The command's flag that set num_workers, when it carries the value seen:
+  // "-j" for `-j 0`, "--workers=" for `--workers=0`.
+  std::optional<std::string> loader_workers_flag;
+  std::optional<bool> loader_pin_memory;
+  std::vector<SiteStat> host_syncs;         // the training process's, by time
+  std::vector<SiteStat> checkpoint_sites;   // blocking saves on the training thread
+  std::vector<SiteStat> copy_sites;         // host-to-device copies on the training thread
+  std::optional<double> copy_pageable_pct;  // of copied bytes, from pageable memory
+  std::optional<double> copy_blocking_pct;  // of copies, without non_blocking
+  std::vector<StepWaterfall> waterfall;     // a few steps around the median one
+
   nlohmann::json ToJson() const;
 };
 
@@ -154,6 +204,14 @@ struct Analysis {
 };
 
 Features ComputeFeatures(const Run& run);
+// The flag of `argv` that passes `value` as a worker count (-j, --workers,
+// --num-workers, --num_workers, --dataloader-num-workers, ...), as "-j" for
+// "-j 0" or "--workers=" for "--workers=0".
+std::optional<std::string> WorkersFlag(const std::vector<std::string>& argv, int64_t value);
+
+// [{"site", "op", "count", "per_step", "total_s"[, "device"]}], for
+// features and findings alike.
+nlohmann::json SitesJson(const std::vector<SiteStat>& sites);
 std::vector<Finding> Diagnose(const Run& run, const Features& features,
                               const AnalysisOptions& options = {});
 Analysis Analyze(const Run& run, const AnalysisOptions& options = {});

@@ -32,8 +32,28 @@ constexpr size_t kMaxTimelinePoints = 1000;
 
 const std::set<std::string_view> kCopyPhases = {"copy", "h2d", "to_device", "host_to_device",
                                                 "transfer"};
-const std::set<std::string_view> kCommPhases = {"comm",          "allreduce", "all_reduce",
-                                                "communication", "reduce",    "sync_grads"};
+// Phase names the user may choose, and the torch.distributed collectives the
+// auto-instrumentation names its spans after.
+const std::set<std::string_view> kCommPhases = {"comm",
+                                                "allreduce",
+                                                "all_reduce",
+                                                "communication",
+                                                "reduce",
+                                                "sync_grads",
+                                                "broadcast",
+                                                "barrier",
+                                                "all_gather",
+                                                "all_gather_into_tensor",
+                                                "reduce_scatter",
+                                                "reduce_scatter_tensor",
+                                                "all_to_all",
+                                                "all_to_all_single",
+                                                "gather",
+                                                "scatter",
+                                                "all_gather_object",
+                                                "broadcast_object_list"};
+// Steps shown in the report's waterfall.
+constexpr size_t kWaterfallSteps = 8;
 const std::set<std::string_view> kThrottleReasons = {"sw_power_cap", "hw_slowdown", "sw_thermal",
                                                      "hw_thermal", "hw_power_brake"};
 
@@ -239,6 +259,32 @@ std::vector<const Span*> ThreadSpans(const Run& run, const Training& t) {
   return spans;
 }
 
+// Up to kWaterfallSteps consecutive steps around the median one, each as the
+// self-time segments that filled it.
+std::vector<StepWaterfall> Waterfall(const Training& t, const std::vector<Segment>& segments) {
+  std::vector<size_t> order(t.steps.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto length = [&](size_t i) { return t.steps[i].end_ns - t.steps[i].start_ns; };
+  std::nth_element(order.begin(), order.begin() + long(order.size() / 2), order.end(),
+                   [&](size_t a, size_t b) { return length(a) < length(b); });
+  const size_t median = order[order.size() / 2];
+  const size_t first = median > kWaterfallSteps / 2 ? median - kWaterfallSteps / 2 : 0;
+  const size_t last = std::min(t.steps.size(), first + kWaterfallSteps);
+  std::vector<StepWaterfall> rows;
+  for (size_t i = first; i < last; ++i) {
+    const Interval& step = t.steps[i];
+    StepWaterfall row{int64_t(i) + 1, Seconds(step.start_ns), Seconds(length(i)), {}};
+    for (const Segment& seg : segments) {
+      const int64_t ns = Overlap(seg.start_ns, seg.end_ns, step.start_ns, step.end_ns);
+      if (ns <= 0) continue;
+      const int64_t offset = std::max(seg.start_ns, step.start_ns) - step.start_ns;
+      row.segments.emplace_back(seg.name, Seconds(offset), Seconds(ns));
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 // Step phases, data wait, copy and communication time, and (without GPUs)
 // device busy as the share of step time outside data wait.
 void StepFeatures(const Run& run, const Training& t, Features* f) {
@@ -316,6 +362,8 @@ void StepFeatures(const Run& run, const Training& t, Features* f) {
   }
   std::sort(f->phases.begin(), f->phases.end(),
             [](const PhaseShare& a, const PhaseShare& b) { return a.total_s > b.total_s; });
+
+  if (!t.pseudo_step) f->waterfall = Waterfall(t, segments);
 
   // Without a data phase the wait is unknown, not zero.
   const bool wait_measured =
@@ -587,6 +635,62 @@ void GpuFeatures(const Run& run, const Training& t, Features* f) {
   f->idle_period_s = Period(interior_starts_s);
 }
 
+// The torch DataLoader the training thread waited on most, as the
+// auto-instrumentation saw it: its configuration, and the CPU cost per sample
+// of its fetches (in the training process when num_workers=0, else in the
+// workers).
+void TorchLoaderFeatures(const Run& run, const Training& t, Features* f) {
+  std::map<int64_t, int64_t> wait_ns;  // loader_id -> data_wait on the training thread
+  int64_t load_ns = 0, samples = 0, window_load_ns = 0;
+  for (const Span& s : run.spans) {
+    if (!s.auto_source) continue;
+    if (s.name == "data_wait" && t.tid && s.pid == *t.pid && s.tid == *t.tid) {
+      auto id = s.args.find("loader_id");
+      wait_ns[id == s.args.end() ? -1 : id->second] += s.dur_ns;
+    } else if (s.name == "load_batch") {
+      auto n = s.args.find("samples");
+      load_ns += s.dur_ns;
+      samples += n == s.args.end() ? 1 : n->second;
+      window_load_ns +=
+          Overlap(s.start_ns, s.start_ns + s.dur_ns, t.window.start_ns, t.window.end_ns);
+    }
+  }
+  const DataLoaderInfo* loader = nullptr;
+  int64_t most = -1;
+  for (const DataLoaderInfo& d : run.dataloaders) {
+    if (t.pid && d.pid != *t.pid) continue;
+    auto it = wait_ns.find(d.loader_id);
+    const int64_t ns = it == wait_ns.end() ? 0 : it->second;
+    if (ns > most) {
+      most = ns;
+      loader = &d;
+    }
+  }
+  if (!loader) return;
+  auto get = [&](const char* key) -> std::optional<int64_t> {
+    auto it = loader->values.find(key);
+    if (it == loader->values.end() || it->second < 0) return std::nullopt;
+    return it->second;
+  };
+  f->loader_kind = "torch";
+  f->loader_site = loader->site;
+  if (std::optional<int64_t> workers = get("num_workers")) {
+    f->loader_workers_flag = WorkersFlag(run.meta.command, *workers);
+  }
+  f->loader_batch_size = get("batch_size");
+  f->loader_threads = get("num_workers");
+  if (f->loader_threads.value_or(0) > 0) f->loader_prefetch = get("prefetch_factor");
+  if (std::optional<int64_t> pin = get("pin_memory")) f->loader_pin_memory = *pin != 0;
+  if (samples > 0) f->loader_cpu_ns_per_sample = double(load_ns) / double(samples);
+  const int64_t window_ns = t.window.end_ns - t.window.start_ns;
+  if (window_ns > 0 && window_load_ns > 0) {
+    f->loader_busy_cores = double(window_load_ns) / double(window_ns);
+  }
+  if (f->loader_batch_size && f->steps > 0 && f->active_s > 0) {
+    f->samples_per_s = double(*f->loader_batch_size) * double(f->steps) / f->active_s;
+  }
+}
+
 // The training process's loader, else the busiest one.
 void LoaderFeatures(const Run& run, const Training& t, Features* f) {
   const LoaderCounters* loader = nullptr;
@@ -597,7 +701,8 @@ void LoaderFeatures(const Run& run, const Training& t, Features* f) {
     if (loader) break;
     loader = &l;
   }
-  if (!loader) return;
+  if (!loader) return TorchLoaderFeatures(run, t, f);
+  f->loader_kind = "saturate";
   auto get = [&](const char* key) -> std::optional<int64_t> {
     auto it = loader->values.find(key);
     return it == loader->values.end() ? std::nullopt : std::optional<int64_t>(it->second);
@@ -625,6 +730,72 @@ void LoaderFeatures(const Run& run, const Training& t, Features* f) {
   if (elapsed_ns > 0) {
     f->loader_busy_cores = double(cpu) / double(elapsed_ns);
     f->samples_per_s = double(samples) / Seconds(elapsed_ns);
+  }
+}
+
+// Per-site totals of auto spans named `name` on the training thread, largest first.
+std::vector<SiteStat> SpanSites(const Run& run, const Training& t, std::string_view name,
+                                double steps) {
+  std::map<std::pair<std::string, std::string>, SiteStat> sites;
+  for (const Span& s : run.spans) {
+    if (!s.auto_source || s.name != name || !t.tid || s.pid != *t.pid || s.tid != *t.tid) continue;
+    auto site = s.labels.find("site"), op = s.labels.find("op");
+    SiteStat& x = sites[{site == s.labels.end() ? "?" : site->second,
+                         op == s.labels.end() ? std::string(name) : op->second}];
+    x.site = site == s.labels.end() ? "?" : site->second;
+    x.op = op == s.labels.end() ? std::string(name) : op->second;
+    ++x.count;
+    x.total_s += Seconds(s.dur_ns);
+  }
+  std::vector<SiteStat> out;
+  for (auto& [key, x] : sites) {
+    x.per_step = steps > 0 ? double(x.count) / steps : 0;
+    out.push_back(std::move(x));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SiteStat& a, const SiteStat& b) { return a.total_s > b.total_s; });
+  return out;
+}
+
+// What the auto-instrumentation captured, and the training process's host
+// syncs, blocking saves and copies by call site.
+void AutoFeatures(const Run& run, const Training& t, Features* f) {
+  AutoSummary& a = f->auto_info;
+  a.enabled = run.meta.auto_instrument;
+  a.processes = int(run.auto_processes.size());
+  for (const AutoProcess& p : run.auto_processes) {
+    if (a.torch_version.empty() || (t.pid && p.pid == *t.pid)) a.torch_version = p.torch_version;
+    a.missing.insert(p.missing.begin(), p.missing.end());
+    a.errors += p.errors;
+  }
+  // Steps over the whole run, as the host sync totals are (per-step rates).
+  const double steps =
+      t.pid && run.step_marks_ns.contains(*t.pid) ? double(run.step_marks_ns.at(*t.pid).size()) : 0;
+  for (const SyncSite& s : run.host_syncs) {
+    if (t.pid && s.pid != *t.pid) continue;
+    f->host_syncs.push_back({s.site, s.op, s.device, s.count,
+                             steps > 0 ? double(s.count) / steps : 0, Seconds(s.total_ns)});
+  }
+  std::sort(f->host_syncs.begin(), f->host_syncs.end(),
+            [](const SiteStat& x, const SiteStat& y) { return x.total_s > y.total_s; });
+  f->checkpoint_sites = SpanSites(run, t, "checkpoint", steps);
+  f->copy_sites = SpanSites(run, t, "copy", steps);
+
+  int64_t bytes = 0, pageable = 0, copies = 0, blocking = 0;
+  for (const Span& s : run.spans) {
+    if (!s.auto_source || s.name != "copy" || !t.tid || s.pid != *t.pid) continue;
+    auto arg = [&](const char* key) {
+      auto it = s.args.find(key);
+      return it == s.args.end() ? int64_t{0} : it->second;
+    };
+    bytes += arg("bytes");
+    pageable += arg("pinned") ? 0 : arg("bytes");
+    ++copies;
+    blocking += arg("non_blocking") ? 0 : 1;
+  }
+  if (copies > 0) {
+    f->copy_pageable_pct = bytes > 0 ? 100.0 * double(pageable) / double(bytes) : 0;
+    f->copy_blocking_pct = 100.0 * double(blocking) / double(copies);
   }
 }
 
@@ -657,8 +828,47 @@ Features ComputeFeatures(const Run& run) {
   CheckpointFeatures(run, training, &f);
   HostFeatures(run, training, &f);
   LoaderFeatures(run, training, &f);
+  AutoFeatures(run, training, &f);
   ModelFeatures(run, &f);
   return f;
+}
+
+std::optional<std::string> WorkersFlag(const std::vector<std::string>& argv, int64_t value) {
+  static const std::set<std::string_view> kFlags = {"-j",
+                                                    "--workers",
+                                                    "--num-workers",
+                                                    "--num_workers",
+                                                    "--dataloader-num-workers",
+                                                    "--dataloader_num_workers",
+                                                    "--loader-workers",
+                                                    "--data-workers",
+                                                    "--n-workers"};
+  const std::string v = std::to_string(value);
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (kFlags.contains(a) && i + 1 < argv.size() && argv[i + 1] == v) return a;
+    const size_t eq = a.find('=');
+    if (eq != std::string::npos && kFlags.contains(std::string_view(a).substr(0, eq)) &&
+        a.substr(eq + 1) == v) {
+      return a.substr(0, eq + 1);
+    }
+    if (a.size() > 2 && a.starts_with("-j") && a[2] != '-' && a.substr(2) == v) return "-j";
+  }
+  return std::nullopt;
+}
+
+nlohmann::json SitesJson(const std::vector<SiteStat>& sites) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const SiteStat& x : sites) {
+    nlohmann::json j = {{"site", x.site},
+                        {"op", x.op},
+                        {"count", x.count},
+                        {"per_step", x.per_step},
+                        {"total_s", x.total_s}};
+    if (!x.device.empty()) j["device"] = x.device;
+    out.push_back(std::move(j));
+  }
+  return out;
 }
 
 nlohmann::json Features::ToJson() const {
@@ -722,6 +932,31 @@ nlohmann::json Features::ToJson() const {
   Put(j, "loader_busy_cores", loader_busy_cores);
   Put(j, "samples_per_s", samples_per_s);
   Put(j, "precision_bits", precision_bits);
+  json auto_json = {{"processes", auto_info.processes},
+                    {"torch", auto_info.torch_version},
+                    {"missing", auto_info.missing},
+                    {"errors", auto_info.errors}};
+  Put(auto_json, "enabled", auto_info.enabled);
+  j["auto"] = std::move(auto_json);
+  j["loader_kind"] = loader_kind;
+  j["loader_site"] = loader_site;
+  Put(j, "loader_pin_memory", loader_pin_memory);
+  j["host_syncs"] = SitesJson(host_syncs);
+  j["checkpoint_sites"] = SitesJson(checkpoint_sites);
+  j["copy_sites"] = SitesJson(copy_sites);
+  Put(j, "copy_pageable_pct", copy_pageable_pct);
+  Put(j, "copy_blocking_pct", copy_blocking_pct);
+  json rows = json::array();
+  for (const StepWaterfall& w : waterfall) {
+    json segments = json::array();
+    for (const auto& [name, offset_s, dur_s] : w.segments)
+      segments.push_back({name, offset_s, dur_s});
+    rows.push_back({{"step", w.step},
+                    {"start_s", w.start_s},
+                    {"dur_s", w.dur_s},
+                    {"segments", std::move(segments)}});
+  }
+  j["waterfall"] = std::move(rows);
   return j;
 }
 

@@ -36,6 +36,7 @@ constexpr double kImbalancePoints = 20;    // max - min mean util across used GP
 constexpr double kMemoryFullPct = 95;      // GPU memory used, or host available below 5%
 constexpr double kIdleAllocationPct = 50;  // a GPU below 5% util for this share of the run
 constexpr double kFp32AssumedGain = 0.3;   // conservative share of GPU time bf16 would save
+constexpr double kSyncsPerStep = 0.5;      // a CPU-run call site this frequent runs every step
 
 std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string Fmt(const char* fmt, ...) {
@@ -197,6 +198,33 @@ std::optional<ThreadPlan> PlanLoaderThreads(const Features& f) {
   return p;
 }
 
+// How a fix names the loader's knobs: saturate.Loader's threads and prefetch,
+// or a torch DataLoader's num_workers and prefetch_factor.
+struct Knobs {
+  std::string threads = "loader threads";
+  std::string threads_key = "threads";
+  std::string prefetch = "prefetch";
+  std::string prefetch_key = "prefetch";
+};
+
+Knobs KnobsOf(const Features& f) {
+  if (f.loader_kind != "torch") return {};
+  return {"DataLoader num_workers", "num_workers", "DataLoader prefetch_factor", "prefetch_factor"};
+}
+
+// " (now 0; built at train.py:120; the command passes -j 0, so -j 2)".
+std::string NowText(const Features& f, long long now, double want) {
+  std::string text = Fmt(" (now %lld", now);
+  if (!f.loader_site.empty()) text += "; built at " + f.loader_site;
+  if (f.loader_workers_flag) {
+    const std::string& flag = *f.loader_workers_flag;
+    const char* sep = flag.ends_with("=") ? "" : " ";
+    text += Fmt("; the command passes %s%s%lld, so %s%s%.0f", flag.c_str(), sep, now, flag.c_str(),
+                sep, want);
+  }
+  return text + ")";
+}
+
 // ---- The rules -------------------------------------------------------------------
 
 std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOptions&) {
@@ -223,6 +251,7 @@ std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOption
   }
 
   std::string fix;
+  const Knobs knobs = KnobsOf(f);
   if (std::optional<ThreadPlan> plan = PlanLoaderThreads(f)) {
     Add(x, "target_samples_per_s", plan->target_per_s, "samples/s",
         "batch_size / compute time per step: what keeps the device fed");
@@ -231,8 +260,9 @@ std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOption
     const long long threads = f.loader_threads.value_or(0);
     const double ms_per_sample = *f.loader_cpu_ns_per_sample / 1e6;
     if (plan->threads > double(threads)) {
-      fix = Fmt("Set loader threads=%.0f (now %lld): %.0f samples/s x %.1f ms of CPU per sample.",
-                plan->threads, threads, plan->feed_per_s, ms_per_sample);
+      fix = Fmt("Set %s=%.0f", knobs.threads.c_str(), plan->threads) +
+            NowText(f, threads, plan->threads) +
+            Fmt(": %.0f samples/s x %.1f ms of CPU per sample.", plan->feed_per_s, ms_per_sample);
       if (plan->fit_per_s < plan->target_per_s) {
         fix +=
             Fmt(" That is all %.0f free cores can feed (the step could take %.0f/s); beyond it "
@@ -240,7 +270,7 @@ std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOption
                 "smaller resolution, or decode on the GPU.",
                 plan->free_cores, plan->target_per_s);
       }
-      x.fix_value = {{"threads", plan->threads}};
+      x.fix_value = {{knobs.threads_key, plan->threads}};
     } else if (plan->fit_per_s < plan->target_per_s) {
       fix =
           Fmt("The CPUs are the limit: %.0f free cores sustain %.0f samples/s at %.1f ms of "
@@ -252,9 +282,9 @@ std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOption
       const double prefetch = std::max<double>(2, 2 * double(f.loader_prefetch.value_or(1)));
       fix = Fmt(
           "%lld loader threads suffice on average (%.0f needed for %.0f samples/s), so the waits "
-          "are bursts: raise prefetch to %.0f.",
-          threads, plan->threads, plan->target_per_s, prefetch);
-      x.fix_value = {{"prefetch", prefetch}};
+          "are bursts: raise %s to %.0f.",
+          threads, plan->threads, plan->target_per_s, knobs.prefetch.c_str(), prefetch);
+      x.fix_value = {{knobs.prefetch_key, prefetch}};
     }
   } else {
     fix =
@@ -267,8 +297,11 @@ std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOption
     if (!cpu_bound) fix += " The CPUs were not saturated, so this is likely a worker count.";
   }
   if (f.loader_prefetch && *f.loader_prefetch < 2) {
-    fix += Fmt(" Set prefetch >= 2 (now %lld) so a batch is ready when a step ends.",
-               (long long)*f.loader_prefetch);
+    fix += Fmt(" Set %s >= 2 (now %lld) so a batch is ready when a step ends.",
+               knobs.prefetch.c_str(), (long long)*f.loader_prefetch);
+  }
+  if (f.gpu_count > 0 && f.loader_pin_memory == false) {
+    fix += " Set pin_memory=True so batches are copied to the GPU from pinned memory.";
   }
   x.fix = fix;
   return x;
@@ -469,9 +502,28 @@ std::optional<Finding> CopyRule(const Features& f, const AnalysisOptions&) {
                    Fmt("Host-to-device copies take %.0f%% of each step", *f.copy_pct),
                    f.copy_s.value_or(0), 0.8);
   Add(x, "copy_pct", *f.copy_pct, "%", "share of step time in copy/h2d phases");
-  x.fix =
-      "Copy from pinned memory with non_blocking=True on a side stream, so the next batch "
-      "moves while this step computes; saturate.Loader(device=\"cuda\") does both.";
+  std::string fix;
+  if (f.copy_pageable_pct) {
+    Add(x, "copy_pageable_pct", *f.copy_pageable_pct, "%",
+        "of the bytes copied from pageable memory");
+    Add(x, "copy_blocking_pct", f.copy_blocking_pct.value_or(0), "%",
+        "of the copies without non_blocking=True");
+    if (*f.copy_pageable_pct >= 50) {
+      fix += "Copies read pageable memory";
+      if (f.loader_kind == "torch") {
+        fix += ": set DataLoader(pin_memory=True)";
+        if (!f.loader_site.empty()) fix += " at " + f.loader_site;
+      }
+      fix += ". ";
+    }
+    if (f.copy_blocking_pct.value_or(0) >= 50 && !f.copy_sites.empty()) {
+      fix += "Pass non_blocking=True at " + f.copy_sites.front().site + ". ";
+    }
+    x.sites = f.copy_sites;
+  }
+  x.fix = fix +
+          "Copy from pinned memory with non_blocking=True on a side stream, so the next batch "
+          "moves while this step computes; saturate.Loader(device=\"cuda\") does both.";
   x.fix_value = {{"pin_memory", 1}};
   return x;
 }
@@ -493,11 +545,18 @@ std::optional<Finding> CheckpointRule(const Features& f, const AnalysisOptions& 
   if (f.checkpoints > 1 && f.active_s > 0) {
     now = Fmt(" (now about every %.0f s)", f.active_s / double(f.checkpoints));
   }
+  std::string where;
+  if (!f.checkpoint_sites.empty()) {
+    const SiteStat& top = f.checkpoint_sites.front();
+    where = Fmt("%s at %s blocks %.2f s each time. ", top.op.c_str(), top.site.c_str(),
+                top.count > 0 ? top.total_s / double(top.count) : 0.0);
+    x.sites = f.checkpoint_sites;
+  }
   x.fix =
-      Fmt("Write checkpoints asynchronously (saturate.Checkpointer snapshots to memory and "
-          "writes in the background), and checkpoint every %.0f s%s: Young's interval "
-          "sqrt(2 x %.1f s x MTBF) with an assumed MTBF of %.0f h.",
-          interval_s, now.c_str(), cost_s, options.assumed_mtbf_s / 3600);
+      where + Fmt("Write checkpoints asynchronously (saturate.Checkpointer snapshots to memory and "
+                  "writes in the background), and checkpoint every %.0f s%s: Young's interval "
+                  "sqrt(2 x %.1f s x MTBF) with an assumed MTBF of %.0f h.",
+                  interval_s, now.c_str(), cost_s, options.assumed_mtbf_s / 3600);
   x.fix_value = {{"checkpoint_interval_s", interval_s}};
   return x;
 }
@@ -662,29 +721,84 @@ std::optional<Finding> ModelConfigRule(const Features& f, const AnalysisOptions&
   return x;
 }
 
+// Host syncs (.item(), .cpu(), torch.cuda.synchronize, ...) by call site.
+// On a GPU each waits for the device's queue to drain, and the thread
+// queues nothing meanwhile: the measured wait is the time lost (an upper
+// bound: the GPU is busy for part of it). On a CPU-only run nothing waits,
+// but the same lines would on a GPU: advice, when a site runs every step.
+std::optional<Finding> HostSyncRule(const Features& f, const AnalysisOptions&) {
+  std::vector<SiteStat> gpu, every_step;
+  double gpu_s = 0;
+  for (const SiteStat& s : f.host_syncs) {
+    if (s.device == "cuda") {
+      gpu.push_back(s);
+      gpu_s += s.total_s;
+    } else if (s.per_step >= kSyncsPerStep) {
+      every_step.push_back(s);
+    }
+  }
+  const std::vector<SiteStat>& sites = gpu.empty() ? every_step : gpu;
+  if (sites.empty() || (gpu.empty() && f.gpu_count > 0)) return std::nullopt;
+  const SiteStat& top = sites.front();
+  double per_step = 0;
+  for (const SiteStat& s : sites) per_step += s.per_step;
+  Finding x = Make(f, "host_sync",
+                   gpu.empty() ? Fmt("%.1f host syncs per step would each stall a GPU: %s %s",
+                                     per_step, top.op.c_str(), top.site.c_str())
+                               : Fmt("Host syncs wait for the GPU %.1f times per step (%.1f s "
+                                     "in all): %s %s",
+                                     per_step, gpu_s, top.op.c_str(), top.site.c_str()),
+                   gpu_s, gpu.empty() ? 0.9 : 0.5);
+  x.info = gpu.empty();
+  Add(x, "syncs_per_step", per_step, "", "host syncs per training step");
+  if (!gpu.empty()) Add(x, "sync_wait_s", gpu_s, "s", "time blocked in them");
+  x.sites = sites;
+  x.fix =
+      Fmt("Keep values on the device and sync less often: accumulate the loss with "
+          "`total += loss.detach()` and call .item() when logging (e.g. every 50 "
+          "steps), not every step; move .cpu()/.tolist() out of the step. Start at %s.",
+          top.site.c_str());
+  if (x.info) {
+    x.fix +=
+        " (This run has no GPU, so these calls cost nothing here; on a GPU each one "
+        "drains the device's queue.)";
+  }
+  x.fix_value = {{"syncs_per_step", std::max(0.0, per_step - top.per_step)}};
+  return x;
+}
+
 // Advice, not a measured loss: without step marks doctor cannot split the
 // time, so say how to get them, but only when something looks off.
 std::optional<Finding> MonitoringRule(const Features& f, const AnalysisOptions&) {
   if (f.steps > 0 || f.has_spans) return std::nullopt;
   if (f.gpu_count > 0 && f.device_busy_pct && *f.device_busy_pct >= 80) return std::nullopt;
-  Finding x =
-      Make(f, "monitoring", "No step marks or phases: doctor cannot split step time", 0, 1.0);
+  Finding x = Make(f, "monitoring", "No step data: doctor cannot split step time", 0, 1.0);
   x.info = true;
   if (f.device_busy_pct) Add(x, "device_busy_pct", *f.device_busy_pct, "%", "mean GPU busy");
-  x.fix =
-      "Mark each step with saturate.step() and the phases with `with "
-      "saturate.phase(\"forward\"):` (data, forward, backward, optimizer, copy, comm, "
-      "checkpoint), or load data with saturate.Loader, which records its waits.";
+  std::string why;
+  if (f.auto_info.enabled == false) {
+    why = "The auto-instrumentation was off (--no-auto): run without it to record steps. ";
+  } else if (f.auto_info.processes == 0) {
+    why =
+        "The auto-instrumentation recorded nothing: the command did not run Python with "
+        "torch (or ran it with -E/-I, which ignore PYTHONPATH). ";
+  } else {
+    why = "The job imported torch but ran no optimizer step. ";
+  }
+  x.fix = why +
+          "Mark each step with saturate.step() and the phases with `with "
+          "saturate.phase(\"forward\"):` (data, forward, backward, optimizer, copy, comm, "
+          "checkpoint), or load data with saturate.Loader, which records its waits.";
   return x;
 }
 
 using Rule = std::optional<Finding> (*)(const Features&, const AnalysisOptions&);
 
 const std::vector<Rule>& Rules() {
-  static const std::vector<Rule> rules = {InputPipelineRule,  IoBoundRule,       CpuContentionRule,
-                                          ParallelismRule,    CopyRule,          CheckpointRule,
-                                          ThrottlingRule,     CommunicationRule, MemoryRule,
-                                          IdleAllocationRule, ModelConfigRule,   MonitoringRule};
+  static const std::vector<Rule> rules = {
+      InputPipelineRule, IoBoundRule,    CpuContentionRule, ParallelismRule, CopyRule,
+      CheckpointRule,    ThrottlingRule, CommunicationRule, MemoryRule,      IdleAllocationRule,
+      ModelConfigRule,   HostSyncRule,   MonitoringRule};
   return rules;
 }
 
@@ -703,7 +817,8 @@ nlohmann::json FindingJson(const Finding& x) {
           {"fix", x.fix},
           {"fix_value", std::move(fix_value)},
           {"confidence", x.confidence},
-          {"info", x.info}};
+          {"info", x.info},
+          {"sites", SitesJson(x.sites)}};
 }
 
 }  // namespace

@@ -445,5 +445,133 @@ TEST(RulesTest, AnalysisJsonHasTheDocumentedShape) {
   }
 }
 
+// ---- From the auto-instrumentation (unmodified PyTorch scripts) --------------
+
+// A CPU job whose torch DataLoader loads inline (num_workers=0): each step
+// waits 60 ms while the main process loads 32 samples, then computes 40 ms
+// on both cores. What auto-instrumentation records: the DataLoader's
+// configuration, data_wait spans with its id, load_batch spans inside them.
+Run InlineDataLoader(std::vector<std::string> command) {
+  RunBuilder b;
+  b.Cpus(2).Steps(50, {{"data_wait", 0.06, SpanKind::kLoader},
+                       {"forward", 0.015},
+                       {"backward", 0.02},
+                       {"optimizer", 0.005}});
+  b.Samples([&b](double t, SamplePoint& s) {
+    const bool loading = b.InPhase(t, "data_wait");
+    s.cpu_busy_pct = loading ? 50 : 100;
+    s.tree_cpu_pct = loading ? 100 : 200;
+  });
+  doctor::Run run = b.Build();
+  run.meta.command = std::move(command);
+  std::vector<Span> loads;
+  for (Span& s : run.spans) {
+    s.auto_source = true;
+    if (s.name != "data_wait") continue;
+    s.args["loader_id"] = 0;
+    Span load = s;
+    load.name = "load_batch";
+    load.args = {{"samples", 32}};
+    loads.push_back(load);
+  }
+  run.spans.insert(run.spans.end(), loads.begin(), loads.end());
+  run.dataloaders.push_back({RunBuilder::kPid,
+                             0,
+                             {{"loader_id", 0},
+                              {"num_workers", 0},
+                              {"batch_size", 32},
+                              {"pin_memory", 0},
+                              {"prefetch_factor", -1}},
+                             "main.py:120",
+                             "ImageFolder"});
+  return run;
+}
+
+TEST(RulesTest, InlineDataLoaderLoadingNamesNumWorkers) {
+  const doctor::Run run = InlineDataLoader({"python", "main.py", "-j", "0", "data/"});
+  Analysis a = Analyze(run);
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& x = a.findings.front();
+  EXPECT_EQ(x.cause, "input_pipeline") << Describe(a.findings);
+  EXPECT_EQ(a.features.loader_kind, "torch");
+  EXPECT_EQ(a.features.loader_threads, 0);
+  // 60 ms per 32 samples = 1.9 ms of loader CPU a sample; the step computes
+  // 32 samples in 40 ms (800/s) on ~2 cores, so the two cores feed fewer:
+  // one worker is what fits.
+  EXPECT_NEAR(*a.features.loader_cpu_ns_per_sample, 1.875e6, 1e4);
+  const double workers = FixValue(x, "num_workers");
+  EXPECT_GE(workers, 1);
+  EXPECT_LE(workers, 2);
+  EXPECT_NE(x.fix.find("num_workers="), std::string::npos) << x.fix;
+  EXPECT_NE(x.fix.find("main.py:120"), std::string::npos) << x.fix;
+  EXPECT_NE(x.fix.find("the command passes -j 0, so -j "), std::string::npos) << x.fix;
+}
+
+TEST(RulesTest, WorkersFlagFindsTheArgumentThatSetTheValue) {
+  EXPECT_EQ(WorkersFlag({"python", "main.py", "-j", "0"}, 0), "-j");
+  EXPECT_EQ(WorkersFlag({"python", "main.py", "-j0"}, 0), "-j");
+  EXPECT_EQ(WorkersFlag({"python", "t.py", "--workers=4"}, 4), "--workers=");
+  EXPECT_EQ(WorkersFlag({"python", "t.py", "--num_workers", "2"}, 2), "--num_workers");
+  EXPECT_EQ(WorkersFlag({"python", "t.py", "--num_workers", "2"}, 4), std::nullopt);
+  EXPECT_EQ(WorkersFlag({"python", "t.py", "--epochs", "0"}, 0), std::nullopt);
+}
+
+// Host syncs by call site: on a GPU the wait is time lost; on a CPU-only run
+// a site that runs every step is advice (info), and rare ones say nothing.
+TEST(RulesTest, HostSyncsNameTheirCallSites) {
+  RunBuilder b;
+  b.Gpus(1).Steps(100, {{"forward", 0.05}, {"backward", 0.05}});
+  doctor::Run gpu = b.Build();
+  gpu.host_syncs = {{RunBuilder::kPid, "train.py:42", ".item()", "cuda", 100, 3'000'000'000, 0},
+                    {RunBuilder::kPid, "train.py:60", ".cpu()", "cuda", 10, 100'000'000, 0}};
+  Analysis a = Analyze(gpu);
+  const Finding* x = Find(a.findings, "host_sync");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  EXPECT_FALSE(x->info);
+  EXPECT_NEAR(x->time_lost_s, 3.1, 1e-9);
+  ASSERT_EQ(x->sites.size(), 2u);
+  EXPECT_EQ(x->sites[0].site, "train.py:42");
+  EXPECT_NEAR(x->sites[0].per_step, 1.0, 0.02);
+  EXPECT_NE(x->fix.find("train.py:42"), std::string::npos);
+
+  RunBuilder c;
+  c.Steps(100, {{"forward", 0.05}, {"backward", 0.05}});
+  doctor::Run cpu = c.Build();
+  cpu.host_syncs = {{RunBuilder::kPid, "train.py:42", ".item()", "cpu", 101, 200'000, 0},
+                    {RunBuilder::kPid, "lib.py:9", ".item() via f", "cpu", 2, 10'000, 0}};
+  a = Analyze(cpu);
+  x = Find(a.findings, "host_sync");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  EXPECT_TRUE(x->info);
+  ASSERT_EQ(x->sites.size(), 1u);  // the once-an-epoch site is not advice
+  EXPECT_EQ(x->sites[0].site, "train.py:42");
+
+  cpu.host_syncs.resize(1);
+  cpu.host_syncs[0].count = 5;  // every 20 steps: fine
+  EXPECT_EQ(Find(Analyze(cpu).findings, "host_sync"), nullptr);
+}
+
+// torch.save on the training thread: the checkpoint finding names the call.
+TEST(RulesTest, BlockingTorchSaveNamesItsCallSite) {
+  RunBuilder b;
+  for (int i = 0; i < 5; ++i) {
+    b.Steps(20, {{"forward", 0.05}, {"backward", 0.05}});
+    b.Steps(1, {{"forward", 0.05}, {"checkpoint", 1.0, SpanKind::kCheckpoint}});
+  }
+  doctor::Run run = b.Build();
+  for (Span& s : run.spans) {
+    if (s.name != "checkpoint") continue;
+    s.auto_source = true;
+    s.labels = {{"site", "train.py:88"}, {"op", "torch.save"}};
+  }
+  Analysis a = Analyze(run);
+  const Finding* x = Find(a.findings, "checkpoint_stall");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  ASSERT_FALSE(x->sites.empty());
+  EXPECT_EQ(x->sites[0].site, "train.py:88");
+  EXPECT_EQ(x->sites[0].count, 5);
+  EXPECT_NE(x->fix.find("torch.save at train.py:88 blocks 1.00 s"), std::string::npos) << x->fix;
+}
+
 }  // namespace
 }  // namespace saturate::doctor

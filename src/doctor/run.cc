@@ -4,8 +4,10 @@
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <utility>
 
 #include "base/file.h"
@@ -90,6 +92,9 @@ Status ParseMeta(const json& j, const std::string& dir, RunMeta* meta) {
     meta->duration_ns = std::max<int64_t>(0, *end - meta->start_unix_ns);
   }
   if (std::optional<int64_t> code = Int(j, "exit_code")) meta->exit_code = static_cast<int>(*code);
+  if (auto it = j.find("auto_instrument"); it != j.end() && it->is_boolean()) {
+    meta->auto_instrument = it->get<bool>();
+  }
   return Status::OK();
 }
 
@@ -145,32 +150,114 @@ SpanKind KindOf(const std::string& cat) {
   return SpanKind::kUser;
 }
 
+// A run being read: what the spans files add before explicit and automatic
+// records are merged (FinishLoading).
+struct Loading {
+  Run* run = nullptr;
+  std::map<int, LoaderCounters> loaders;
+  std::map<int, std::vector<int64_t>> auto_marks;  // per pid, from the auto-instrumentation
+  std::map<std::tuple<int, std::string, std::string, std::string>, SyncSite> syncs;
+};
+
+std::string Label(const trace::SpanFileEvent& e, const char* key) {
+  auto it = e.labels.find(key);
+  return it == e.labels.end() ? std::string() : it->second;
+}
+
+void AddAutoMeta(const trace::SpanFileEvent& e, Run* run) {
+  AutoProcess p;
+  p.pid = static_cast<int>(e.pid);
+  if (e.auto_info.is_object()) {
+    p.torch_version = Str(e.auto_info, "torch");
+    if (const json* missing = Obj(e.auto_info, "missing")) {
+      for (auto it = missing->begin(); it != missing->end(); ++it) {
+        if (it->is_string()) p.missing[it.key()] = it->get<std::string>();
+      }
+    }
+  }
+  run->auto_processes.push_back(std::move(p));
+}
+
+// The auto-instrumentation's counters: DataLoader configurations, per-site
+// host sync totals (cumulative: the last record wins) and its error count.
+void AddAutoCounters(const trace::SpanFileEvent& e, Loading* l) {
+  const int pid = static_cast<int>(e.pid);
+  const std::map<std::string, int64_t> values = IntArgs(e.args);
+  auto value = [&](const char* key) {
+    auto it = values.find(key);
+    return it == values.end() ? int64_t{0} : it->second;
+  };
+  if (e.name == "dataloader") {
+    l->run->dataloaders.push_back(
+        {pid, value("loader_id"), values, Label(e, "site"), Label(e, "dataset")});
+  } else if (e.name == "host_sync") {
+    SyncSite s{pid,
+               Label(e, "site"),
+               Label(e, "op"),
+               Label(e, "device"),
+               value("count"),
+               value("total_ns"),
+               value("max_ns")};
+    l->syncs[{pid, s.site, s.op, s.device}] = std::move(s);
+  } else if (e.name == "autotrace") {
+    for (AutoProcess& p : l->run->auto_processes) {
+      if (p.pid == pid) p.errors = value("errors");
+    }
+  }
+}
+
 // Adds one event of a spans file (parsed by the trace library, the format's
 // one reader) to the run, on the run's time axis.
-void AddSpanEvent(const trace::SpanFileEvent& e, int64_t start_monotonic_ns, Run* run,
-                  std::map<int, LoaderCounters>* loaders) {
+void AddSpanEvent(const trace::SpanFileEvent& e, bool auto_source, int64_t start_monotonic_ns,
+                  Loading* l) {
   using Type = trace::SpanFileEvent::Type;
+  Run* run = l->run;
   const int64_t t_ns = e.ts_ns - start_monotonic_ns;
   const int pid = static_cast<int>(e.pid);
   switch (e.type) {
     case Type::kMeta:
+      if (auto_source) AddAutoMeta(e, run);
       break;
     case Type::kSpan:
-      run->spans.push_back(
-          Span{e.name, KindOf(e.category), pid, e.tid, t_ns, e.dur_ns, IntArgs(e.args)});
+      run->spans.push_back(Span{e.name, KindOf(e.category), pid, e.tid, t_ns, e.dur_ns,
+                                IntArgs(e.args), e.labels, auto_source});
       break;
     case Type::kStep:
-      run->step_marks_ns[pid].push_back(t_ns);
+      (auto_source ? l->auto_marks[pid] : run->step_marks_ns[pid]).push_back(t_ns);
       break;
     case Type::kCounters:
-      if (e.name == "loader") {
-        LoaderCounters& c = (*loaders)[pid];
+      if (auto_source) {
+        AddAutoCounters(e, l);
+      } else if (e.name == "loader") {
+        LoaderCounters& c = l->loaders[pid];
         if (t_ns >= c.t_ns) c = {pid, t_ns, IntArgs(e.args)};
       } else if (!e.name.empty()) {
         run->counters[e.name] = IntArgs(e.args);
       }
       break;
   }
+}
+
+// A process that marks its own steps (saturate.step()) keeps its marks and
+// phases; the auto-instrumentation's step marks and the phases it infers
+// count only where there are none, so nothing counts twice.
+void FinishLoading(Loading* l) {
+  Run* run = l->run;
+  std::set<int> explicit_pids;
+  for (auto& [pid, marks] : l->auto_marks) {
+    auto it = run->step_marks_ns.find(pid);
+    if (it != run->step_marks_ns.end() && !it->second.empty()) {
+      explicit_pids.insert(pid);
+    } else {
+      run->step_marks_ns[pid] = std::move(marks);
+    }
+  }
+  std::erase_if(run->spans, [&](const Span& s) {
+    return s.auto_source && explicit_pids.contains(s.pid) &&
+           (s.name == "forward" || s.name == "backward" || s.name == "optimizer");
+  });
+  for (auto& [key, sync] : l->syncs) run->host_syncs.push_back(std::move(sync));
+  for (auto& [pid, counters] : l->loaders) run->loaders.push_back(std::move(counters));
 }
 
 // Calls `fn` on each object of a JSON Lines file; a torn last line becomes a
@@ -235,16 +322,20 @@ Result<Run> LoadRun(const std::string& dir) {
     run.warnings.push_back(samples_path + ": missing (no metric samples)");
   }
 
-  std::map<int, LoaderCounters> loaders;
+  Loading loading{.run = &run};
   for (const std::string& path : SpanFiles(dir)) {
     SATURATE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
     SATURATE_ASSIGN_OR_RETURN(trace::SpansFile file, trace::ParseSpansFile(text, path));
     if (file.torn_last_line) run.warnings.push_back(path + ": skipped a torn last line");
+    const bool auto_source =
+        std::any_of(file.events.begin(), file.events.end(), [](const trace::SpanFileEvent& e) {
+          return e.type == trace::SpanFileEvent::Type::kMeta && e.source == "auto";
+        });
     for (const trace::SpanFileEvent& e : file.events) {
-      AddSpanEvent(e, run.meta.start_monotonic_ns, &run, &loaders);
+      AddSpanEvent(e, auto_source, run.meta.start_monotonic_ns, &loading);
     }
   }
-  for (auto& [pid, counters] : loaders) run.loaders.push_back(std::move(counters));
+  FinishLoading(&loading);
 
   std::stable_sort(run.samples.begin(), run.samples.end(),
                    [](const SamplePoint& a, const SamplePoint& b) { return a.t_ns < b.t_ns; });

@@ -60,6 +60,8 @@ struct Span {
   int64_t start_ns = 0;  // run axis
   int64_t dur_ns = 0;
   std::map<std::string, int64_t> args;
+  std::map<std::string, std::string> labels;  // e.g. {"site": "train.py:42"}
+  bool auto_source = false;                   // recorded by the auto-instrumentation
 };
 
 // The last "loader" counters record of one process (cumulative values).
@@ -67,6 +69,34 @@ struct LoaderCounters {
   int pid = 0;
   int64_t t_ns = 0;                       // run axis
   std::map<std::string, int64_t> values;  // batch_size, threads, samples, decode_ns, wait_ns, ...
+};
+
+// A torch DataLoader as the auto-instrumentation saw it built.
+struct DataLoaderInfo {
+  int pid = 0;
+  int64_t loader_id = 0;
+  std::map<std::string, int64_t> values;  // num_workers, pin_memory, batch_size (-1: none), ...
+  std::string site;                       // where it was built: "train.py:120"
+  std::string dataset;                    // the dataset's class name
+};
+
+// Host syncs from one call site of one process (cumulative totals).
+struct SyncSite {
+  int pid = 0;
+  std::string site;    // "train.py:42"
+  std::string op;      // ".item()", ".cpu()", "torch.cuda.synchronize()", ...
+  std::string device;  // "cuda": a real wait for the device; "cpu": would be one on a GPU
+  int64_t count = 0;
+  int64_t total_ns = 0;
+  int64_t max_ns = 0;
+};
+
+// A process the auto-instrumentation recorded, and what it captured.
+struct AutoProcess {
+  int pid = 0;
+  std::string torch_version;                   // empty: torch was never imported
+  std::map<std::string, std::string> missing;  // hook -> why it is not captured
+  int64_t errors = 0;                          // recording errors (events may be missing)
 };
 
 struct RunMeta {
@@ -83,6 +113,9 @@ struct RunMeta {
   int64_t interval_ns = 0;
   int64_t duration_ns = 0;  // end - start; from the samples when meta has no end
   std::optional<int> exit_code;
+  // Whether the command ran with the auto-instrumentation bootstrap; unknown
+  // for runs recorded before it existed.
+  std::optional<bool> auto_instrument;
 };
 
 struct Run {
@@ -95,11 +128,17 @@ struct Run {
   // counter with {"precision_bits": 16}), over all processes.
   std::map<std::string, std::map<std::string, int64_t>> counters;
   std::vector<std::string> warnings;  // lines skipped and why (torn last line, ...)
+  // From the auto-instrumentation (spans-<pid>-auto.jsonl files).
+  std::vector<AutoProcess> auto_processes;
+  std::vector<DataLoaderInfo> dataloaders;
+  std::vector<SyncSite> host_syncs;
 };
 
-// Reads `dir`. Fails (NotFound / InvalidArgument naming the file and line)
-// when meta.json is missing or unreadable; a torn last line of a JSON Lines
-// file is skipped with a warning, a bad line elsewhere is an error.
+// Reads `dir`. A process with step marks of its own (saturate.step()) keeps
+// them and its own forward/backward/optimizer spans: the auto-instrumentation's
+// marks and those phases are dropped there, so nothing counts twice. Fails (NotFound /
+// InvalidArgument naming the file and line) when meta.json is missing or unreadable; a torn last
+// line of a JSON Lines file is skipped with a warning, a bad line elsewhere is an error.
 Result<Run> LoadRun(const std::string& dir);
 
 }  // namespace saturate::doctor

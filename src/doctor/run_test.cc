@@ -160,5 +160,64 @@ TEST(LoadRunTest, UnreadableMetaIsCorruption) {
                        {"meta.json", "not valid JSON"}));
 }
 
+// The auto-instrumentation's file beside the trace library's: in a process
+// that marks its own steps, its marks and inferred phases are dropped; in one
+// that does not, they are the steps. Its counters become DataLoader configs
+// and per-site host sync totals (the last cumulative record wins).
+TEST(LoadRunTest, MergesAutoInstrumentationWithoutDoubleCounting) {
+  TempDir dir;
+  Write(dir.Join("meta.json"),
+        R"({"cpus": 2, "start_monotonic_ns": 1000000000, "start_unix_ns": 1,
+            "end_unix_ns": 3000000001, "auto_instrument": true})");
+  Write(dir.Join("spans-7.jsonl"),
+        R"({"ph":"M","pid":7,"comm":"python3"}
+{"ph":"X","name":"forward","cat":"user","ts_ns":1100000000,"dur_ns":100,"pid":7,"tid":7}
+{"ph":"step","step":1,"ts_ns":1200000000,"pid":7,"tid":7}
+)");
+  Write(
+      dir.Join("spans-7-auto.jsonl"),
+      R"json({"ph":"M","pid":7,"comm":"python3","source":"auto","auto":{"torch":"1.13.0","missing":{"copy":"AttributeError: x"}}}
+{"ph":"X","name":"forward","cat":"user","ts_ns":1100000000,"dur_ns":90,"pid":7,"tid":7}
+{"ph":"X","name":"host_sync","cat":"user","ts_ns":1150000000,"dur_ns":30000,"pid":7,"tid":7,"labels":{"site":"t.py:9","op":".item()","device":"cpu"}}
+{"ph":"step","step":1,"ts_ns":1200000000,"pid":7,"tid":7}
+{"ph":"C","name":"host_sync","ts_ns":1300000000,"pid":7,"tid":7,"args":{"count":1,"total_ns":30000,"max_ns":30000},"labels":{"site":"t.py:9","op":".item()","device":"cpu"}}
+{"ph":"C","name":"host_sync","ts_ns":1400000000,"pid":7,"tid":7,"args":{"count":4,"total_ns":90000,"max_ns":30000},"labels":{"site":"t.py:9","op":".item()","device":"cpu"}}
+)json");
+  Write(dir.Join("spans-8-auto.jsonl"),
+        R"({"ph":"M","pid":8,"comm":"python3","source":"auto","auto":{"torch":"2.1.0","missing":{}}}
+{"ph":"C","name":"dataloader","ts_ns":1000000000,"pid":8,"tid":8,"args":{"loader_id":0,"num_workers":0,"batch_size":32},"labels":{"site":"train.py:120","dataset":"ImageFolder"}}
+{"ph":"X","name":"backward","cat":"user","ts_ns":1100000000,"dur_ns":100,"pid":8,"tid":8}
+{"ph":"step","step":1,"ts_ns":1200000000,"pid":8,"tid":8}
+{"ph":"step","step":2,"ts_ns":1300000000,"pid":8,"tid":8}
+{"ph":"C","name":"autotrace","ts_ns":1400000000,"pid":8,"tid":8,"args":{"errors":2}}
+)");
+  SATURATE_ASSERT_OK_AND_ASSIGN(doctor::Run run, LoadRun(dir.path()));
+  EXPECT_EQ(run.meta.auto_instrument, true);
+  EXPECT_EQ(run.step_marks_ns.at(7).size(), 1u);  // not 2: its own marks win
+  EXPECT_EQ(run.step_marks_ns.at(8).size(), 2u);  // only the auto marks
+  int forwards = 0, syncs = 0;
+  for (const Span& s : run.spans) {
+    forwards += s.name == "forward";
+    if (s.name == "host_sync") {
+      ++syncs;
+      EXPECT_TRUE(s.auto_source);
+      EXPECT_EQ(s.labels.at("site"), "t.py:9");
+    }
+  }
+  EXPECT_EQ(forwards, 1);
+  EXPECT_EQ(syncs, 1);  // auto spans other than the phases stay
+  ASSERT_EQ(run.host_syncs.size(), 1u);
+  EXPECT_EQ(run.host_syncs[0].count, 4);
+  EXPECT_EQ(run.host_syncs[0].total_ns, 90000);
+  EXPECT_EQ(run.host_syncs[0].op, ".item()");
+  ASSERT_EQ(run.dataloaders.size(), 1u);
+  EXPECT_EQ(run.dataloaders[0].site, "train.py:120");
+  EXPECT_EQ(run.dataloaders[0].values.at("num_workers"), 0);
+  ASSERT_EQ(run.auto_processes.size(), 2u);
+  EXPECT_EQ(run.auto_processes[0].missing.at("copy"), "AttributeError: x");
+  EXPECT_EQ(run.auto_processes[1].torch_version, "2.1.0");
+  EXPECT_EQ(run.auto_processes[1].errors, 2);
+}
+
 }  // namespace
 }  // namespace saturate::doctor

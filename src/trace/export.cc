@@ -41,6 +41,18 @@ Result<json> GetArgs(const json& j) {
   return *it;
 }
 
+// String annotations: an object whose values are strings.
+Status GetLabels(const json& j, std::map<std::string, std::string>* labels) {
+  auto it = j.find("labels");
+  if (it == j.end()) return Status::OK();
+  if (!it->is_object()) return Status::Corruption("\"labels\" is not an object");
+  for (const auto& [key, value] : it->items()) {
+    if (!value.is_string()) return Status::Corruption("labels \"" + key + "\" is not a string");
+    (*labels)[key] = value.get<std::string>();
+  }
+  return Status::OK();
+}
+
 // Fills `e` from one parsed line; false for a "ph" this reader does not know.
 Result<bool> ParseSpanEvent(const json& j, SpanFileEvent* e) {
   SATURATE_ASSIGN_OR_RETURN(const std::string ph, GetString(j, "ph"));
@@ -53,6 +65,10 @@ Result<bool> ParseSpanEvent(const json& j, SpanFileEvent* e) {
     if (j.contains("ts_ns")) {
       SATURATE_ASSIGN_OR_RETURN(e->ts_ns, GetInt(j, "ts_ns"));
     }
+    if (j.contains("source")) {
+      SATURATE_ASSIGN_OR_RETURN(e->source, GetString(j, "source"));
+    }
+    if (auto it = j.find("auto"); it != j.end() && it->is_object()) e->auto_info = *it;
     return true;
   }
   if (ph == "X") {
@@ -77,10 +93,17 @@ Result<bool> ParseSpanEvent(const json& j, SpanFileEvent* e) {
   SATURATE_ASSIGN_OR_RETURN(e->pid, GetInt(j, "pid"));
   SATURATE_ASSIGN_OR_RETURN(e->tid, GetInt(j, "tid"));
   SATURATE_ASSIGN_OR_RETURN(e->args, GetArgs(j));
+  SATURATE_RETURN_IF_ERROR(GetLabels(j, &e->labels));
   return true;
 }
 
 double Micros(int64_t ns, int64_t t0_ns) { return static_cast<double>(ns - t0_ns) / 1000.0; }
+
+std::string CounterTrackName(const SpanFileEvent& e) {
+  std::string name = e.name;
+  for (const auto& [key, value] : e.labels) name += " " + value;
+  return name;
+}
 
 std::string GpuTrackName(int index) { return "gpu " + std::to_string(index) + " util %"; }
 
@@ -211,6 +234,7 @@ json ChromeTrace(const RunTrace& run, ExportSummary* summary) {
                     {"ts", Micros(e.ts_ns, t0)},
                     {"dur", static_cast<double>(e.dur_ns) / 1000.0}};
           if (!e.args.empty()) x["args"] = e.args;
+          for (const auto& [key, value] : e.labels) x["args"][key] = value;
           events.push_back(std::move(x));
           if (e.category == "loader" && e.name == "load_batch")
             loader_threads.emplace(e.pid, e.tid);
@@ -229,8 +253,9 @@ json ChromeTrace(const RunTrace& run, ExportSummary* summary) {
           ++sum.steps;
           break;
         case SpanFileEvent::Type::kCounters:
+          // Labelled counters (one per call site) get a track each.
           events.push_back({{"ph", "C"},
-                            {"name", e.name},
+                            {"name", CounterTrackName(e)},
                             {"pid", e.pid},
                             {"tid", e.tid},
                             {"ts", Micros(e.ts_ns, t0)},

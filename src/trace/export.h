@@ -18,6 +18,7 @@
 #define SATURATE_TRACE_EXPORT_H_
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -42,6 +43,13 @@ struct SpanFileEvent {
   int64_t pid = 0;
   int64_t tid = 0;
   nlohmann::json args = nlohmann::json::object();  // span args, counter values
+  // Spans and counters: string annotations, e.g. {"site": "train.py:42",
+  // "op": ".item()"} from the auto-instrumentation.
+  std::map<std::string, std::string> labels;
+  // Meta lines: who wrote the file ("auto": saturate_autotrace, else the
+  // trace library) and the writer's own description of what it captured.
+  std::string source;
+  nlohmann::json auto_info;  // meta "auto" object, null when absent
 };
 
 struct SpansFile {

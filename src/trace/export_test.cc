@@ -39,6 +39,28 @@ TEST(ParseSpansFileTest, ParsesEveryKind) {
   EXPECT_EQ(f.events[4].args["wait_ns"], 12);
 }
 
+// What the auto-instrumentation (saturate_autotrace.py) writes: a meta line
+// saying so, and string labels beside the integer args.
+TEST(ParseSpansFileTest, ReadsTheAutoSourceAndLabels) {
+  constexpr char kAuto[] =
+      R"json({"ph":"M","pid":7,"comm":"python","clock":"CLOCK_MONOTONIC","ts_ns":5,"unix_ns":9,"source":"auto","auto":{"torch":"2.1.0","missing":{"copy":"AttributeError"}}}
+{"ph":"C","name":"host_sync","ts_ns":10,"pid":7,"tid":7,"args":{"count":3,"total_ns":90},"labels":{"site":"train.py:42","op":".item()"}}
+{"ph":"X","name":"checkpoint","cat":"checkpoint","ts_ns":20,"dur_ns":5,"pid":7,"tid":7,"labels":{"site":"train.py:50"}}
+)json";
+  SATURATE_ASSERT_OK_AND_ASSIGN(SpansFile f, ParseSpansFile(kAuto, "spans-7-auto.jsonl"));
+  ASSERT_EQ(f.events.size(), 3u);
+  EXPECT_EQ(f.events[0].source, "auto");
+  EXPECT_EQ(f.events[0].auto_info["torch"], "2.1.0");
+  EXPECT_EQ(f.events[1].labels.at("site"), "train.py:42");
+  EXPECT_EQ(f.events[1].labels.at("op"), ".item()");
+  EXPECT_EQ(f.events[2].labels.at("site"), "train.py:50");
+
+  auto bad = ParseSpansFile(
+      R"({"ph":"X","name":"a","ts_ns":1,"dur_ns":1,"pid":1,"tid":1,"labels":{"site":3}})",
+      "f.jsonl");
+  EXPECT_TRUE(testing::HasError(bad.status(), StatusCode::kCorruption, {"f.jsonl:1", "site"}));
+}
+
 TEST(ParseSpansFileTest, SkipsATornLastLine) {
   const std::string text = std::string(kSpans) + R"({"ph":"X","name":"cut)";
   SATURATE_ASSERT_OK_AND_ASSIGN(SpansFile f, ParseSpansFile(text, "spans-42.jsonl"));

@@ -1,0 +1,779 @@
+"""saturate_autotrace: what an unmodified PyTorch job spends its steps on.
+
+Imported before user code by the sitecustomize that ``saturate watch``,
+``doctor``, ``tune`` and ``run-instrumented`` put first on PYTHONPATH, or by
+``import saturate.auto``. It uses the standard library only, so it loads in
+whatever interpreter the job runs (a venv without saturate, another Python
+version). It never imports torch itself: it hooks torch when, and if, the job
+imports it, and records into ``$SATURATE_RUN_DIR/spans-<pid>-auto.jsonl`` in
+the spans format of docs/trace.md (what each event means: docs/auto.md):
+
+    step marks   the end of every optimizer update (Optimizer.step; GradScaler.step
+                 also when it skips the update)
+    data_wait    time blocked in a DataLoader iterator's __next__, inline loading included
+    load_batch   one DataLoader fetch (in a worker process, or inline)
+    forward      from the step's data (or the previous backward/update) to backward
+    backward     torch.autograd.backward
+    optimizer    the update itself
+    copy         Tensor.to/.cuda host -> device: bytes, pinned, non_blocking
+    host_sync    .item() .tolist() .cpu() .to("cpu") torch.cuda.synchronize: counted
+                 and timed per call site (file:line); spans for long ones
+    checkpoint   torch.save, torch.distributed.checkpoint saves
+    collectives  torch.distributed.all_reduce, broadcast, barrier, ...: bytes, time
+    dataloader   a counters record per DataLoader built: num_workers, pin_memory, ...
+
+Never breaks the job: a hook that cannot be installed is listed in the file's
+meta line (``auto.missing``), an error while recording is counted and
+swallowed, and the original function always runs. Nothing is printed.
+
+Thread-safety: events from any thread go to one buffer under a lock; the
+thread that records writes the buffer out every 100 ms (no thread of our own),
+and at exit. A forked child (a DataLoader worker) drops the parent's buffer,
+writes its own file, and writes every event through at once, because workers
+leave with os._exit.
+"""
+
+import atexit
+import functools
+import json
+import os
+import sys
+import threading
+import time
+
+FLUSH_NS = 100_000_000  # buffered events are written at least this often
+SYNC_SPAN_NS = 20_000  # host syncs at least this long also get a span of their own
+
+_now = time.monotonic_ns  # CLOCK_MONOTONIC on Linux: the clock of the spans files
+_tid = threading.get_native_id
+
+
+# ---- the spans file ------------------------------------------------------------------
+
+
+class _Writer:
+    """Buffers event lines and appends them to spans-<pid>-auto.jsonl."""
+
+    def __init__(self, run_dir, info):
+        self.run_dir = run_dir
+        self.info = info  # the meta line's "auto" object, filled as hooks install
+        self.lock = threading.Lock()
+        self.lines = []
+        self.fd = -1
+        self.pid = os.getpid()
+        self.last_flush_ns = _now()
+        self.write_through = _spawned_worker()
+        self.errors = 0
+        self.flush_hooks = []  # called before each write, to add aggregate records
+
+    def after_fork(self):
+        self.lock = threading.Lock()
+        self.lines = []
+        self.fd = -1
+        self.pid = os.getpid()
+        self.write_through = True
+
+    def emit(self, line):
+        with self.lock:
+            self.lines.append(line)
+        if self.write_through or _now() - self.last_flush_ns >= FLUSH_NS:
+            self.flush()
+
+    def _open(self):
+        os.makedirs(self.run_dir, exist_ok=True)
+        path = os.path.join(self.run_dir, "spans-%d-auto.jsonl" % self.pid)
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        meta = {"ph": "M", "pid": self.pid, "comm": _comm(), "clock": "CLOCK_MONOTONIC",
+                "ts_ns": _now(), "unix_ns": time.time_ns(), "source": "auto", "auto": self.info}
+        os.write(self.fd, (json.dumps(meta, separators=(",", ":")) + "\n").encode())
+
+    def flush(self):
+        for hook in self.flush_hooks:
+            hook()
+        with self.lock:
+            lines, self.lines = self.lines, []
+            self.last_flush_ns = _now()
+            if not lines:
+                return
+            try:
+                if self.fd < 0:
+                    self._open()
+                os.write(self.fd, "".join(lines).encode("utf-8", "replace"))
+            except OSError:
+                self.errors += 1
+
+
+def _spawned_worker():
+    """A multiprocessing 'spawn' child (e.g. a DataLoader worker): it may
+    leave without exit handlers, so it writes every event at once."""
+    return "--multiprocessing-fork" in sys.argv
+
+
+def _comm():
+    try:
+        with open("/proc/self/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return os.path.basename(sys.executable or "python")
+
+
+def _jstr(s):
+    return json.dumps(str(s), ensure_ascii=False)
+
+
+_w = None  # the _Writer, once installed
+_state = threading.local()
+
+
+def _span(name, cat, t0, t1, args=None, labels=None):
+    extra = ""
+    if args:
+        extra += ',"args":{%s}' % ",".join('"%s":%d' % kv for kv in args.items())
+    if labels:
+        extra += ',"labels":{%s}' % ",".join('"%s":%s' % kv for kv in labels.items())
+    _w.emit('{"ph":"X","name":"%s","cat":"%s","ts_ns":%d,"dur_ns":%d,"pid":%d,"tid":%d%s}\n'
+            % (name, cat, t0, t1 - t0, _w.pid, _tid(), extra))
+
+
+def _counters(name, args, labels=None):
+    extra = ""
+    if labels:
+        extra = ',"labels":{%s}' % ",".join('"%s":%s' % kv for kv in labels.items())
+    body = ",".join('"%s":%d' % kv for kv in args.items())
+    return ('{"ph":"C","name":"%s","ts_ns":%d,"pid":%d,"tid":%d,"args":{%s}%s}\n'
+            % (name, _now(), _w.pid, _tid(), body, extra))
+
+
+# ---- where a call came from ------------------------------------------------------------
+
+_internal_prefixes = [os.path.dirname(os.path.abspath(__file__)) + os.sep]
+_code_kind = {}  # code object -> _USER, _OURS or _TORCH
+_site_strings = {}  # (file, line) -> JSON string "file:line"
+_USER, _OURS, _TORCH = 0, 1, 2
+
+
+def _kind_of(filename):
+    if filename.startswith(_internal_prefixes[0]):
+        return _OURS
+    return _TORCH if any(filename.startswith(p) for p in _internal_prefixes[1:]) else _USER
+
+
+def _caller():
+    """(site, via) of the call being recorded: the first frame outside this
+    module and torch as a JSON string "file:line", and the torch function
+    the call went through ("" when the user's code called directly)."""
+    frame = sys._getframe(1)
+    via = ""
+    while frame is not None:
+        code = frame.f_code
+        kind = _code_kind.get(code)
+        if kind is None:
+            kind = _code_kind[code] = _kind_of(code.co_filename)
+        if kind == _USER:
+            key = (code.co_filename, frame.f_lineno)
+            site = _site_strings.get(key)
+            if site is None:
+                site = _site_strings[key] = _jstr("%s:%d" % (_short(key[0]), key[1]))
+            return site, via
+        if kind == _TORCH and not via:
+            via = getattr(code, "co_qualname", code.co_name)
+        frame = frame.f_back
+    return '"?"', via
+
+
+def _site():
+    return _caller()[0]
+
+
+def _short(path):
+    """A path relative to the working directory when it is under it."""
+    try:
+        rel = os.path.relpath(path)
+        return rel if not rel.startswith("..") else path
+    except ValueError:
+        return path
+
+
+# ---- guarded recording -------------------------------------------------------------------
+
+
+def _safe(fn):
+    """Recording code must never raise into the job."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception:
+            _w.errors += 1
+            return None
+
+    return wrapper
+
+
+def _depth_enter(key):
+    d = getattr(_state, key, 0)
+    setattr(_state, key, d + 1)
+    return d == 0
+
+
+def _depth_exit(key):
+    setattr(_state, key, getattr(_state, key, 1) - 1)
+
+
+# ---- steps and phases --------------------------------------------------------------------
+
+_steps = [0]
+_lead = [None]  # weak reference to the optimizer whose updates mark steps
+
+
+@_safe
+def _forward_starts(t):
+    _state.forward_start = t
+
+
+@_safe
+def _emit_forward(t_backward):
+    start = getattr(_state, "forward_start", None)
+    if start is not None and t_backward > start:
+        _span("forward", "user", start, t_backward)
+    _state.forward_start = None
+
+
+@_safe
+def _update_done(optimizer, t0, t1):
+    """An optimizer update ran from t0 to t1: the optimizer phase, and a
+    step mark when it is the lead optimizer (one mark per training step even
+    with several optimizers)."""
+    import weakref
+
+    lead = _lead[0]() if _lead[0] is not None else None
+    if lead is None:
+        _lead[0] = weakref.ref(optimizer)
+        lead = optimizer
+    _span("optimizer", "user", t0, t1)
+    _state.forward_start = t1
+    if lead is optimizer:
+        _steps[0] += 1
+        _w.emit('{"ph":"step","step":%d,"ts_ns":%d,"pid":%d,"tid":%d}\n'
+                % (_steps[0], t1, _w.pid, _tid()))
+
+
+def _timed_update(step):
+    """Wraps an optimizer's step (torch < 2.0, no global hooks)."""
+    if getattr(step, "_saturate_wrapped", False):
+        return step
+
+    @functools.wraps(step)
+    def wrapper(self, *args, **kwargs):
+        if not _depth_enter("opt"):
+            try:
+                return step(self, *args, **kwargs)
+            finally:
+                _depth_exit("opt")
+        t0 = _now()
+        try:
+            return step(self, *args, **kwargs)
+        finally:
+            _depth_exit("opt")
+            _state.updates = getattr(_state, "updates", 0) + 1
+            _update_done(self, t0, _now())
+
+    wrapper._saturate_wrapped = True
+    return wrapper
+
+
+def _hook_optimizer(torch):
+    import importlib
+
+    opt_mod = importlib.import_module("torch.optim.optimizer")
+    if hasattr(opt_mod, "register_optimizer_step_pre_hook"):
+        def pre(optimizer, args, kwargs):
+            if _depth_enter("opt"):
+                _state.opt_t0 = _now()
+
+        def post(optimizer, args, kwargs):
+            _depth_exit("opt")
+            if getattr(_state, "opt", 0) == 0:
+                _state.updates = getattr(_state, "updates", 0) + 1
+                _update_done(optimizer, getattr(_state, "opt_t0", _now()), _now())
+
+        opt_mod.register_optimizer_step_pre_hook(pre)
+        opt_mod.register_optimizer_step_post_hook(post)
+        return "global step hooks"
+    # torch 1.x: wrap each optimizer class's step once, after its own
+    # __init__ (which installs the profiler's wrapper) has run.
+    Optimizer = torch.optim.Optimizer
+    init = Optimizer.__init__
+
+    @functools.wraps(init)
+    def init_wrapper(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        cls = type(self)
+        try:
+            cls.step = _timed_update(cls.step)
+        except Exception:
+            pass
+
+    Optimizer.__init__ = init_wrapper
+    return "step wrappers"
+
+
+def _hook_grad_scaler(torch):
+    classes = []
+    for mod_name in ("amp", "cuda.amp"):
+        mod = torch
+        for part in mod_name.split("."):
+            mod = getattr(mod, part, None)
+        cls = getattr(mod, "GradScaler", None) if mod is not None else None
+        if cls is not None and "step" in cls.__dict__ and cls not in classes:
+            classes.append(cls)
+    for cls in classes:
+        step = cls.__dict__["step"]
+
+        @functools.wraps(step)
+        def wrapper(self, optimizer, *args, _step=step, **kwargs):
+            before = getattr(_state, "updates", 0)
+            t0 = _now()
+            try:
+                return _step(self, optimizer, *args, **kwargs)
+            finally:
+                if getattr(_state, "updates", 0) == before:  # update skipped (inf/NaN grads)
+                    _update_done(optimizer, t0, _now())
+
+        cls.step = wrapper
+    if not classes:
+        raise RuntimeError("no GradScaler class")
+    return "%d class(es)" % len(classes)
+
+
+def _hook_backward(torch):
+    backward = torch.autograd.backward
+
+    @functools.wraps(backward)
+    def wrapper(*args, **kwargs):
+        if not _depth_enter("bwd"):  # reentrant (activation checkpointing)
+            try:
+                return backward(*args, **kwargs)
+            finally:
+                _depth_exit("bwd")
+        t0 = _now()
+        _emit_forward(t0)
+        try:
+            return backward(*args, **kwargs)
+        finally:
+            _depth_exit("bwd")
+            t1 = _now()
+            _safe(_span)("backward", "user", t0, t1)
+            _forward_starts(t1)
+
+    torch.autograd.backward = wrapper
+    return "torch.autograd.backward"
+
+
+# ---- data ---------------------------------------------------------------------------------
+
+_loader_ids = [0]
+
+
+@_safe
+def _record_dataloader(loader, site):
+    loader._saturate_id = _loader_ids[0]
+    _loader_ids[0] += 1
+    prefetch = getattr(loader, "prefetch_factor", None)
+    args = {"loader_id": loader._saturate_id,
+            "num_workers": int(getattr(loader, "num_workers", 0) or 0),
+            "pin_memory": int(bool(getattr(loader, "pin_memory", False))),
+            "batch_size": int(loader.batch_size) if loader.batch_size is not None else -1,
+            "persistent_workers": int(bool(getattr(loader, "persistent_workers", False))),
+            "prefetch_factor": int(prefetch) if prefetch is not None else -1,
+            "drop_last": int(bool(getattr(loader, "drop_last", False)))}
+    labels = {"site": site, "dataset": _jstr(type(loader.dataset).__name__)}
+    _w.emit(_counters("dataloader", args, labels))
+
+
+def _hook_dataloader(torch):
+    from torch.utils.data import dataloader as dl
+
+    DataLoader = dl.DataLoader
+    init = DataLoader.__init__
+
+    @functools.wraps(init)
+    def init_wrapper(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if not hasattr(self, "_saturate_id"):  # a subclass's super().__init__ ran it
+            _record_dataloader(self, _site())
+
+    DataLoader.__init__ = init_wrapper
+
+    Iter = dl._BaseDataLoaderIter
+    iter_init = Iter.__init__
+
+    @functools.wraps(iter_init)
+    def iter_init_wrapper(self, loader, *args, **kwargs):
+        self._saturate_id = getattr(loader, "_saturate_id", -1)
+        iter_init(self, loader, *args, **kwargs)
+
+    Iter.__init__ = iter_init_wrapper
+    next_ = Iter.__next__
+
+    @functools.wraps(next_)
+    def next_wrapper(self):
+        t0 = _now()
+        try:
+            return next_(self)
+        finally:
+            t1 = _now()
+            _safe(_span)("data_wait", "loader", t0, t1,
+                         {"loader_id": getattr(self, "_saturate_id", -1),
+                          "batch": getattr(self, "_num_yielded", 0)})
+            _forward_starts(t1)
+
+    Iter.__next__ = next_wrapper
+    return "DataLoader"
+
+
+def _hook_fetch(torch):
+    from torch.utils.data._utils import fetch
+
+    hooked = 0
+    for name in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
+        cls = getattr(fetch, name, None)
+        if cls is None or "fetch" not in cls.__dict__:
+            continue
+        orig = cls.__dict__["fetch"]
+
+        @functools.wraps(orig)
+        def wrapper(self, index, _orig=orig):
+            t0 = _now()
+            out = _orig(self, index)
+            try:
+                samples = len(index) if self.auto_collation else 1
+            except TypeError:
+                samples = 1
+            _safe(_span)("load_batch", "loader", t0, _now(), {"samples": samples})
+            return out
+
+        cls.fetch = wrapper
+        hooked += 1
+    if not hooked:
+        raise RuntimeError("no dataset fetcher classes")
+    return "%d fetchers" % hooked
+
+
+# ---- host syncs and copies ----------------------------------------------------------------
+
+_syncs = {}  # (site, op, device) -> [count, total_ns, max_ns, written count]
+
+
+@_safe
+def _record_sync(op, device, t0, t1):
+    site, via = _caller()
+    if via:  # torch's own code asked (e.g. the DataLoader's seed): name the function
+        op = "%s via %s" % (op, via)
+    key = (site, op, device)
+    s = _syncs.get(key)
+    if s is None:
+        s = _syncs[key] = [0, 0, 0, 0]
+    dur = t1 - t0
+    s[0] += 1
+    s[1] += dur
+    if dur > s[2]:
+        s[2] = dur
+    if dur >= SYNC_SPAN_NS:
+        _span("host_sync", "user", t0, t1, None,
+              {"site": site, "op": _jstr(op), "device": _jstr(device)})
+
+
+def _write_sync_counters():
+    """Cumulative per-site totals, for the sites that changed (flush hook)."""
+    for (site, op, device), s in list(_syncs.items()):
+        if s[0] != s[3]:
+            s[3] = s[0]
+            line = _counters("host_sync", {"count": s[0], "total_ns": s[1], "max_ns": s[2]},
+                             {"site": site, "op": _jstr(op), "device": _jstr(device)})
+            with _w.lock:
+                _w.lines.append(line)
+
+
+def _wrap_sync(owner, name, op, device_of):
+    orig = getattr(owner, name)
+
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        t0 = _now()
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            _record_sync(op, device_of(args), t0, _now())
+
+    setattr(owner, name, wrapper)
+
+
+def _tensor_device(args):
+    return "cuda" if args and getattr(args[0], "is_cuda", False) else "cpu"
+
+
+def _hook_syncs(torch):
+    Tensor = torch.Tensor
+    for name in ("item", "tolist", "cpu"):
+        _wrap_sync(Tensor, name, "." + name + "()", _tensor_device)
+    _wrap_sync(torch.cuda, "synchronize", "torch.cuda.synchronize()", lambda args: "cuda")
+    return ".item .tolist .cpu torch.cuda.synchronize"
+
+
+@_safe
+def _record_to(src, dst, args, kwargs, t0, t1):
+    src_cuda, dst_cuda = src.is_cuda, dst.is_cuda
+    non_blocking = bool(kwargs.get("non_blocking", False)) or any(a is True for a in args)
+    if dst_cuda and not src_cuda:
+        nbytes = src.nelement() * src.element_size()
+        _span("copy", "user", t0, t1,
+              {"bytes": nbytes, "pinned": int(src.is_pinned()), "non_blocking": int(non_blocking)},
+              {"site": _site()})
+    elif src_cuda and not dst_cuda and not non_blocking:
+        _record_sync(".to(cpu)", "cuda", t0, t1)
+
+
+def _hook_copies(torch):
+    Tensor = torch.Tensor
+    for name in ("to", "cuda"):
+        orig = getattr(Tensor, name)
+
+        @functools.wraps(orig)
+        def wrapper(self, *args, _orig=orig, **kwargs):
+            t0 = _now()
+            out = _orig(self, *args, **kwargs)
+            if out is not self and (out.is_cuda or self.is_cuda):
+                _record_to(self, out, args, kwargs, t0, _now())
+            return out
+
+        setattr(Tensor, name, wrapper)
+    return ".to .cuda"
+
+
+# ---- checkpoints and collectives -------------------------------------------------------------
+
+
+def _wrap_save(owner, name, op):
+    orig = getattr(owner, name, None)
+    if orig is None or getattr(orig, "_saturate_wrapped", False):
+        return False
+
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        if not _depth_enter("save"):  # a save inside a save (DCP writes with torch.save)
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                _depth_exit("save")
+        site = _safe(_site)()
+        t0 = _now()
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            _depth_exit("save")
+            _record_save(op, site, args, kwargs, t0, _now())
+
+    wrapper._saturate_wrapped = True
+    setattr(owner, name, wrapper)
+    return True
+
+
+@_safe
+def _record_save(op, site, args, kwargs, t0, t1):
+    target = kwargs.get("f", args[1] if len(args) > 1 else None)
+    nbytes = -1
+    if isinstance(target, (str, bytes, os.PathLike)):
+        try:
+            nbytes = os.path.getsize(target)
+        except OSError:
+            pass
+    _span("checkpoint", "checkpoint", t0, t1, {"bytes": nbytes},
+          {"site": site or _jstr("?"), "op": _jstr(op)})
+
+
+def _hook_save(torch):
+    _wrap_save(torch, "save", "torch.save")
+    return "torch.save"
+
+
+def _hook_dcp(dcp):
+    names = [n for n in ("save", "save_state_dict", "async_save") if _wrap_save(dcp, n, "dcp." + n)]
+    if not names:
+        raise RuntimeError("no save functions")
+    return ", ".join(names)
+
+
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+               "reduce_scatter_tensor", "broadcast", "barrier", "all_to_all", "all_to_all_single",
+               "reduce", "gather", "scatter", "all_gather_object", "broadcast_object_list")
+
+
+@_safe
+def _record_collective(name, args, kwargs, t0, t1):
+    tensor = args[0] if args else kwargs.get("tensor")
+    nbytes = -1
+    if hasattr(tensor, "element_size") and hasattr(tensor, "nelement"):
+        nbytes = tensor.nelement() * tensor.element_size()
+    _span(name, "user", t0, t1, {"bytes": nbytes, "async_op": int(bool(kwargs.get("async_op")))},
+          {"site": _site()})
+
+
+def _hook_distributed(dist):
+    c10d = getattr(dist, "distributed_c10d", dist)
+    hooked = []
+    for name in COLLECTIVES:
+        orig = getattr(c10d, name, None)
+        if orig is None or getattr(orig, "_saturate_wrapped", False):
+            continue
+
+        @functools.wraps(orig)
+        def wrapper(*args, _orig=orig, _name=name, **kwargs):
+            t0 = _now()
+            try:
+                return _orig(*args, **kwargs)
+            finally:
+                _record_collective(_name, args, kwargs, t0, _now())
+
+        wrapper._saturate_wrapped = True
+        for owner in (c10d, dist):
+            if getattr(owner, name, None) is orig:
+                setattr(owner, name, wrapper)
+        hooked.append(name)
+    if not hooked:
+        raise RuntimeError("no collectives found")
+    return "%d collectives" % len(hooked)
+
+
+# ---- installing ---------------------------------------------------------------------------------
+
+
+class _LoaderProxy:
+    """Runs `done(module)` once the real loader has executed the module."""
+
+    def __init__(self, loader, done):
+        self._loader, self._done = loader, done
+
+    def create_module(self, spec):
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        # Hand the module its real loader back, then hook.
+        module.__loader__ = self._loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        self._done(module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _PostImport:
+    """A meta path finder that calls back after a watched module is imported."""
+
+    def __init__(self):
+        self.callbacks = {}
+        self.busy = set()
+
+    def watch(self, name, callback):
+        module = sys.modules.get(name)
+        if module is not None:
+            callback(module)
+            return
+        self.callbacks.setdefault(name, []).append(callback)
+        if self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.callbacks or name in self.busy:
+            return None
+        import importlib.util
+
+        self.busy.add(name)
+        try:
+            spec = importlib.util.find_spec(name)
+        except Exception:
+            return None
+        finally:
+            self.busy.discard(name)
+        if spec is None or spec.loader is None:
+            return None
+        callbacks = self.callbacks.pop(name)
+        spec.loader = _LoaderProxy(spec.loader,
+                                   lambda module: [cb(module) for cb in callbacks])
+        return spec
+
+
+_info = {"version": 1, "hooks": {}, "missing": {}}
+_post_import = _PostImport()
+
+
+def _try_hook(name, fn, module):
+    try:
+        _info["hooks"][name] = fn(module) or "on"
+    except Exception as e:  # an older or newer torch: say what is not captured
+        _info["missing"][name] = "%s: %s" % (type(e).__name__, e)
+
+
+def _on_torch(torch):
+    _info["torch"] = str(getattr(torch, "__version__", "?"))
+    _internal_prefixes.append(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
+    for name, fn in (("optimizer", _hook_optimizer), ("grad_scaler", _hook_grad_scaler),
+                     ("backward", _hook_backward), ("dataloader", _hook_dataloader),
+                     ("fetch", _hook_fetch), ("host_sync", _hook_syncs),
+                     ("copy", _hook_copies), ("save", _hook_save)):
+        _try_hook(name, fn, torch)
+    _post_import.watch("torch.distributed",
+                       lambda dist: _try_hook("collectives", _hook_distributed, dist))
+    _post_import.watch("torch.distributed.checkpoint",
+                       lambda dcp: _try_hook("dcp", _hook_dcp, dcp))
+
+
+def installed():
+    """Whether this process records (from any copy of this module)."""
+    return _w is not None
+
+
+def install(run_dir):
+    """Records into `run_dir` from now on; a second call (from any copy of
+    this module: the bootstrap's or saturate.auto's) does nothing."""
+    global _w
+    me = sys.modules.setdefault("saturate_autotrace", sys.modules[__name__])
+    if me is not sys.modules[__name__]:
+        return me.install(run_dir)
+    if _w is not None:
+        return
+    _info["python"] = sys.version.split()[0]
+    _info["argv"] = list(sys.argv) if hasattr(sys, "argv") else []
+    ranks = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_PROCID",
+                                        "SLURM_LOCALID", "SLURM_NTASKS") if k in os.environ}
+    if ranks:
+        _info["env"] = ranks
+    _w = _Writer(os.path.abspath(run_dir), _info)
+    _w.flush_hooks.append(_write_sync_counters)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork)
+    atexit.register(_at_exit)
+    _post_import.watch("torch", _on_torch)
+
+
+def _after_fork():
+    _w.after_fork()
+    _syncs.clear()
+
+
+def _at_exit():
+    if _w.errors:  # recording failures, so the report can say spans may be missing
+        _w.emit(_counters("autotrace", {"errors": _w.errors}))
+    _w.flush()
+
+
+def install_from_env():
+    """The bootstrap's entry: records when SATURATE_RUN_DIR is set and
+    SATURATE_AUTO is not 0."""
+    run_dir = os.environ.get("SATURATE_RUN_DIR")
+    if run_dir and os.environ.get("SATURATE_AUTO", "1") != "0":
+        install(run_dir)

@@ -1,0 +1,40 @@
+# saturate auto-instrumentation: the start-up hook (docs/auto.md).
+#
+# saturate watch/doctor/tune/run-instrumented put the folder holding this file
+# first on PYTHONPATH, so Python imports it at start-up, before user code. It
+# runs the sitecustomize it shadows (if any), then installs
+# saturate_autotrace, which records training steps, data waits, host syncs,
+# copies, saves and collectives into $SATURATE_RUN_DIR. It never edits user
+# files, never prints, and any failure leaves the job as it would run without
+# saturate.
+import os as _os
+import sys as _sys
+
+
+def _saturate_chain_sitecustomize():
+    """Runs the sitecustomize module this one hides, as Python would have."""
+    import importlib.machinery
+    import importlib.util
+
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    path = [p for p in _sys.path if _os.path.abspath(p or _os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    _sys.modules["sitecustomize"] = module  # `import sitecustomize` now gives the user's
+    spec.loader.exec_module(module)
+
+
+def _saturate_install():
+    try:
+        import saturate_autotrace
+    except Exception:  # a broken copy must not break the job
+        return
+    saturate_autotrace.install_from_env()
+
+
+try:
+    _saturate_chain_sitecustomize()
+finally:
+    _saturate_install()
