@@ -1,0 +1,557 @@
+"""Unmodified PyTorch jobs (issue 20): the scripts in tests/auto know nothing
+about saturate; the bootstrap (python/saturate/_bootstrap, first on
+PYTHONPATH, with SATURATE_RUN_DIR set) records what they spend their steps on,
+and `saturate doctor` explains them.
+
+Three layers:
+- recording: run a script with the bootstrap by hand and read the
+  spans-<pid>-auto.jsonl files (steps, data waits, worker fetches, host syncs
+  and their sites, saves, collectives; the job itself unchanged);
+- doctor: `saturate doctor -- python tests/auto/X.py` (which injects the
+  bootstrap itself) must name each script's problem, with the call site;
+- distributed and `python -m` launches, and the fix doctor names, applied.
+
+Multi-rank runs need torchrun from a torch >= 2 environment: $SATURATE_TORCH2_PYTHON
+(scripts/test.sh sets it; default REPO/.venv-torch2/bin/python, made by
+scripts/torch2-env.sh). These tests run real CPU work: they assert causes,
+sites and directions, not exact numbers.
+"""
+
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+AUTO = os.path.join(REPO, "tests", "auto")
+BOOTSTRAP = os.path.join(REPO, "python", "saturate", "_bootstrap")
+TORCH2_DEFAULT = os.path.join(REPO, ".venv-torch2", "bin", "python")
+BAD_CAUSES = {"input_pipeline", "host_sync", "checkpoint_stall", "io_bound"}
+
+
+def script(name):
+    return os.path.join(AUTO, name)
+
+
+def marker_line(name, marker):
+    """The line number of the one line of tests/auto/NAME that holds MARKER."""
+    with open(script(name)) as f:
+        lines = [i for i, text in enumerate(f, 1) if marker in text]
+    assert len(lines) == 1, (name, marker, lines)
+    return lines[0]
+
+
+def clean_env(**extra):
+    """This environment without saturate's own variables (pytest may itself run
+    under saturate watch), plus EXTRA."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SATURATE_") and k != "PYTHONPATH"}
+    env.update(extra)
+    return env
+
+
+def run_job(args, run_dir=None, python=None, pythonpath=(), cwd=None, timeout=120, text=True,
+            **env_extra):
+    """Runs `python ARGS`; with RUN_DIR, with the bootstrap first on PYTHONPATH
+    and SATURATE_RUN_DIR=RUN_DIR, as saturate watch/doctor do."""
+    env = clean_env(**env_extra)
+    path = list(pythonpath)
+    if run_dir is not None:
+        path.insert(0, BOOTSTRAP)
+        env["SATURATE_RUN_DIR"] = str(run_dir)
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(path)
+    return subprocess.run([python or sys.executable, *args], env=env, cwd=cwd, timeout=timeout,
+                          capture_output=True, text=text)
+
+
+def ok(r):
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def load_run(run_dir):
+    """{pid: {"meta", "spans", "steps", "counters"}} from every spans-*-auto.jsonl
+    under RUN_DIR (rank subdirectories included)."""
+    procs = {}
+    files = glob.glob(os.path.join(str(run_dir), "**", "spans-*-auto.jsonl"), recursive=True)
+    for path in files:
+        with open(path) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        assert records and records[0]["ph"] == "M", (path, records[:1])
+        meta = records[0]
+        assert meta["source"] == "auto" and "hooks" in meta["auto"], meta
+        p = procs.setdefault(meta["pid"], {"meta": meta, "spans": [], "steps": [], "counters": [],
+                                           "path": path})
+        for r in records[1:]:
+            kind = {"X": "spans", "step": "steps", "C": "counters"}.get(r["ph"])
+            if kind:
+                p[kind].append(r)
+    return procs
+
+
+def main_process(procs):
+    """The process that marked steps (the training process)."""
+    stepping = [p for p in procs.values() if p["steps"]]
+    assert len(stepping) == 1, {pid: len(p["steps"]) for pid, p in procs.items()}
+    return stepping[0]
+
+
+def spans(proc, name):
+    return [s for s in proc["spans"] if s["name"] == name]
+
+
+def last_counters(proc, name):
+    """The latest counters record per (site, op, device) labels (they are cumulative)."""
+    latest = {}
+    for c in proc["counters"]:
+        if c["name"] == name:
+            labels = c.get("labels", {})
+            latest[(labels.get("site"), labels.get("op"), labels.get("device"))] = c
+    return latest
+
+
+def torch2_python():
+    """The torch >= 2 interpreter for torchrun; skips (locally) or fails (CI) without it."""
+    path = os.environ.get("SATURATE_TORCH2_PYTHON")
+    if path:
+        assert os.access(path, os.X_OK), (
+            f"SATURATE_TORCH2_PYTHON={path} is not an executable; run scripts/torch2-env.sh")
+        return path
+    if not os.access(TORCH2_DEFAULT, os.X_OK):
+        pytest.skip(f"no torch 2 environment at {TORCH2_DEFAULT} (scripts/torch2-env.sh makes it; "
+                    "CI sets SATURATE_TORCH2_PYTHON)")
+    return TORCH2_DEFAULT
+
+
+def torchrun(python):
+    """torchrun of that interpreter's environment, as a command prefix."""
+    exe = os.path.join(os.path.dirname(python), "torchrun")
+    return [exe] if os.access(exe, os.X_OK) else [python, "-m", "torch.distributed.run"]
+
+
+@pytest.fixture(scope="module")
+def photo_folder(tmp_path_factory):
+    """An ImageFolder of 64 real photos (train/ only), for imagenet_main.py."""
+    root = tmp_path_factory.mktemp("auto_photos") / "photos"
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "make-photo-dataset"),
+                    "--train", "64", "--val", "0", str(root)],
+                   check=True, capture_output=True, timeout=300)
+    return str(root)
+
+
+# ---- recording (the bootstrap by hand; no CLI needed) ---------------------------------------
+
+
+def test_one_step_mark_per_optimizer_update_and_item_sites(tmp_path):
+    run = tmp_path / "run"
+    ok(run_job([script("item_every_step.py"), "--steps", "40"], run))
+    main = main_process(load_run(run))
+    assert [s["step"] for s in main["steps"]] == list(range(1, 41))
+    for phase in ("backward", "optimizer"):
+        assert len(spans(main, phase)) == 40, phase
+    # No DataLoader: a forward starts at the previous update, so the first has none.
+    assert len(spans(main, "forward")) == 39
+    assert not main["meta"]["auto"]["missing"], main["meta"]["auto"]
+    assert main["meta"]["auto"]["torch"]
+
+    line = marker_line("item_every_step.py", "HOST_SYNC_LINE")
+    syncs = [c for (site, op, _), c in last_counters(main, "host_sync").items()
+             if site.endswith(f"item_every_step.py:{line}") and op == ".item()"]
+    assert len(syncs) == 1, last_counters(main, "host_sync")
+    assert syncs[0]["args"]["count"] == 40
+    assert syncs[0]["args"]["total_ns"] >= syncs[0]["args"]["max_ns"] > 0
+
+
+def test_inline_loading_records_waits_and_fetches_in_the_training_process(tmp_path):
+    run = tmp_path / "run"
+    ok(run_job([script("inline_loading.py"), "--workers", "0", "--steps", "8",
+                "--image-size", "64"], run))
+    procs = load_run(run)
+    assert len(procs) == 1, list(procs)
+    main = main_process(procs)
+    assert len(main["steps"]) == 8
+    waits = spans(main, "data_wait")
+    assert len(waits) >= 8 and all(w["args"]["loader_id"] == 0 for w in waits)
+    fetches = spans(main, "load_batch")  # inline: fetched inside the data waits
+    assert len(fetches) == 8 and all(f["args"]["samples"] == 16 for f in fetches)
+    loaders = [c for c in main["counters"] if c["name"] == "dataloader"]
+    assert len(loaders) == 1
+    assert loaders[0]["args"]["num_workers"] == 0 and loaders[0]["args"]["batch_size"] == 16
+    assert loaders[0]["labels"]["dataset"] == "SyntheticPhotos"
+    assert loaders[0]["labels"]["site"].endswith(
+        "inline_loading.py:%d" % marker_line("inline_loading.py", "loader = DataLoader("))
+
+
+def test_worker_processes_record_their_fetches(tmp_path):
+    run = tmp_path / "run"
+    ok(run_job([script("inline_loading.py"), "--workers", "2", "--steps", "8",
+                "--image-size", "64"], run))
+    procs = load_run(run)
+    main = main_process(procs)
+    assert len(main["steps"]) == 8
+    assert len(spans(main, "data_wait")) >= 8
+    assert not spans(main, "load_batch")
+    workers = [p for pid, p in procs.items() if p is not main]
+    assert len(workers) == 2, list(procs)
+    for w in workers:
+        assert spans(w, "load_batch"), w["path"]
+        assert not w["steps"]
+    fetched = sum(s["args"]["samples"] for w in workers for s in spans(w, "load_batch"))
+    assert fetched >= 8 * 16
+    (loader,) = [c for c in main["counters"] if c["name"] == "dataloader"]
+    assert loader["args"]["num_workers"] == 2
+
+
+def test_torch_save_spans_carry_the_call_site(tmp_path):
+    run = tmp_path / "run"
+    ok(run_job([script("save_every_n.py"), "--steps", "10", "--save-every", "5", "--hidden", "512",
+                "--out", str(tmp_path / "ckpt")], run))
+    main = main_process(load_run(run))
+    saves = spans(main, "checkpoint")
+    assert len(saves) == 2, saves
+    line = marker_line("save_every_n.py", "SAVE_LINE")
+    for s in saves:
+        assert s["cat"] == "checkpoint"
+        assert s["labels"]["site"].endswith(f"save_every_n.py:{line}"), s
+        assert s["labels"]["op"] == "torch.save"
+        assert s["args"]["bytes"] == os.path.getsize(tmp_path / "ckpt" / "step000005.pt")
+
+
+def test_imagenet_style_script(tmp_path, photo_folder):
+    run = tmp_path / "run"
+    r = ok(run_job([script("imagenet_main.py"), "-a", "tinynet", "-j", "2", "-b", "8",
+                    "--image-size", "64", "--epochs", "2", "--max-steps", "10", "-p", "5",
+                    "--checkpoint-dir", str(tmp_path / "ckpt"), photo_folder], run))
+    assert "=> done: 10 steps" in r.stdout
+    procs = load_run(run)
+    main = main_process(procs)
+    assert len(main["steps"]) == 10
+    assert len(spans(main, "data_wait")) >= 10
+    workers = [p for p in procs.values() if p is not main]
+    assert len(workers) >= 2 and all(spans(w, "load_batch") for w in workers), list(procs)
+    (loader,) = [c for c in main["counters"] if c["name"] == "dataloader"]
+    assert loader["args"]["num_workers"] == 2 and loader["labels"]["dataset"] == "ImageFolder"
+
+    item_line = marker_line("imagenet_main.py", "losses.update(loss.item()")
+    counts = {site: c["args"]["count"] for (site, op, _), c in last_counters(main, "host_sync").items()
+              if op == ".item()"}
+    assert counts.get(next((s for s in counts if s.endswith(f"imagenet_main.py:{item_line}")),
+                           None)) == 10, counts
+    save_line = marker_line("imagenet_main.py", "torch.save(state, path)")
+    saves = spans(main, "checkpoint")
+    assert len(saves) == 2 and all(s["labels"]["site"].endswith(f"imagenet_main.py:{save_line}")
+                                   for s in saves), saves
+
+
+def test_python_dash_m_launch_is_recorded(tmp_path):
+    run = tmp_path / "run"
+    r = ok(run_job(["-m", "minitrain", "--steps", "12", "--log-every", "4"], run, cwd=AUTO))
+    assert "done: 12 steps" in r.stdout
+    main = main_process(load_run(run))
+    assert len(main["steps"]) == 12
+    line = marker_line(os.path.join("minitrain", "train.py"), "LOG_LINE")
+    sites = [site for (site, op, _) in last_counters(main, "host_sync") if op == ".item()"]
+    assert sites == [f"minitrain{os.sep}train.py:{line}"], sites  # relative to the cwd
+
+
+def test_explicit_marks_work_beside_the_auto_ones(tmp_path):
+    run = tmp_path / "run"
+    r = ok(run_job([script("explicit_marks.py"), "--steps", "15"], run))
+    assert "done: 15 steps" in r.stdout
+    main = main_process(load_run(run))
+    assert len(main["steps"]) == 15
+    explicit = [p for p in glob.glob(str(run / "spans-*.jsonl")) if not p.endswith("-auto.jsonl")]
+    assert len(explicit) == 1, os.listdir(run)
+    with open(explicit[0]) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    assert sum(1 for x in records if x.get("ph") == "step") == 15
+    assert {x.get("name") for x in records if x.get("ph") == "X"} >= {"forward", "backward"}
+
+
+def test_an_existing_sitecustomize_still_runs(tmp_path):
+    user_site = tmp_path / "site"
+    user_site.mkdir()
+    mark = tmp_path / "sitecustomize-ran"
+    (user_site / "sitecustomize.py").write_text(
+        "import os\n"
+        "MARK = 'user'\n"
+        f"open({str(mark)!r}, 'w').write(str(os.getpid()))\n")
+    check = tmp_path / "check.py"
+    check.write_text(
+        "import runpy, sys, sitecustomize\n"
+        "print('sitecustomize:', sitecustomize.MARK)\n"
+        f"sys.argv = [{script('item_every_step.py')!r}, '--steps', '5']\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    run = tmp_path / "run"
+    r = ok(run_job([str(check)], run, pythonpath=[str(user_site)]))
+    assert "sitecustomize: user" in r.stdout
+    assert mark.read_text() == str(main_process(load_run(run))["meta"]["pid"])
+    assert len(main_process(load_run(run))["steps"]) == 5
+
+
+@pytest.mark.parametrize("args", [
+    ["--exit-code", "3"],
+    ["--workers", "2", "--signal", "TERM"],
+    ["--no-torch", "--exit-code", "1"],
+], ids=["exit3", "sigterm_with_workers", "no_torch"])
+def test_output_and_exit_status_unchanged(tmp_path, args):
+    plain = run_job([script("prints_and_exits.py"), *args], text=False)
+    run = tmp_path / "run"
+    traced = run_job([script("prints_and_exits.py"), *args], run, text=False)
+    assert (traced.returncode, traced.stdout, traced.stderr) == \
+        (plain.returncode, plain.stdout, plain.stderr)
+    procs = load_run(run)
+    if "--signal" in args:
+        assert plain.returncode == -signal.SIGTERM
+        # Killed by a signal, the training process leaves without writing its
+        # buffer (no exit handlers run); the workers wrote every fetch as it ended.
+        assert any(spans(p, "load_batch") for p in procs.values()), procs
+    elif "--no-torch" in args:
+        assert b"no torch: False" in plain.stdout
+        assert not procs, "a job that never imports torch records nothing"
+    else:
+        assert len(main_process(procs)["steps"]) == 8
+
+
+def test_an_unwritable_run_dir_does_not_break_the_job(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    args = [script("prints_and_exits.py"), "--workers", "2", "--exit-code", "2"]
+    plain = run_job(args, text=False)
+    broken = run_job(args, blocker / "run", text=False)
+    assert (broken.returncode, broken.stdout, broken.stderr) == \
+        (plain.returncode, plain.stdout, plain.stderr)
+    assert plain.returncode == 2
+
+
+def test_saturate_auto_install_records_without_the_bootstrap(tmp_path):
+    run = tmp_path / "run"
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import runpy, sys\n"
+        "import saturate.auto\n"
+        "saturate.auto.install(sys.argv[1])\n"
+        "assert saturate.auto.installed()\n"
+        f"sys.argv = [{script('item_every_step.py')!r}, '--steps', '7']\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    ok(run_job([str(job), str(run)], pythonpath=sys.path))
+    main = main_process(load_run(run))
+    assert len(main["steps"]) == 7
+
+
+def test_torchrun_ranks_record_steps_and_collectives(tmp_path):
+    python = torch2_python()
+    run = tmp_path / "run"
+    env = clean_env(PYTHONPATH=BOOTSTRAP, SATURATE_RUN_DIR=str(run))
+    r = subprocess.run([*torchrun(python), "--nproc_per_node=2", script("ddp_train.py"),
+                        "--epochs", "2", "--samples", "512"],
+                       env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    check_ranks(load_run(run), steps=2 * 512 // 2 // 32)
+
+
+def check_ranks(procs, steps):
+    ranks = {p["meta"]["auto"].get("env", {}).get("RANK"): p for p in procs.values() if p["steps"]}
+    assert set(ranks) == {"0", "1"}, {pid: p["meta"]["auto"].get("env") for pid, p in procs.items()}
+    line = marker_line("ddp_train.py", "ALL_REDUCE_LINE")
+    for rank, p in ranks.items():
+        assert len(p["steps"]) == steps, rank
+        assert p["meta"]["auto"]["env"]["WORLD_SIZE"] == "2"
+        reduces = spans(p, "all_reduce")
+        assert len(reduces) == steps // 8, (rank, len(reduces))
+        assert all(s["labels"]["site"].endswith(f"ddp_train.py:{line}") for s in reduces)
+        assert all(s["args"]["bytes"] == 4 for s in reduces)  # one float32 loss
+        assert len(spans(p, "broadcast")) == 4  # the 4 parameter tensors
+        assert len(spans(p, "barrier")) == 1
+        assert "collectives" in p["meta"]["auto"]["hooks"]
+
+
+# ---- doctor (`saturate doctor` injects the bootstrap itself) ---------------------------------
+
+
+def saturate_cmd():
+    """The saturate command line tool: bundled with the installed package."""
+    import saturate
+
+    exe = os.path.join(os.path.dirname(os.path.abspath(saturate.__file__)), "bin", "saturate")
+    return [exe] if os.access(exe, os.X_OK) else [sys.executable, "-m", "saturate"]
+
+
+def doctor(run_dir, command, *doctor_args, expect_rc=0, cwd=None, env=None, timeout=240):
+    """`saturate doctor --no-gpu --out RUN_DIR ARGS -- COMMAND`; returns (findings.json, stdout)."""
+    if env is None:
+        env = clean_env(PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([*saturate_cmd(), "doctor", "--no-gpu", "--out", str(run_dir), *doctor_args,
+                        "--", *command], env=env, cwd=cwd, capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == expect_rc, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    with open(os.path.join(run_dir, "findings.json")) as f:
+        return json.load(f), r.stdout
+
+
+def findings_of(report, cause):
+    return [f for f in report["findings"] if f["cause"] == cause]
+
+
+def lost_s(report, cause):
+    return sum(f["time_lost_s"] for f in findings_of(report, cause))
+
+
+def check_shape(report):
+    """Every finding has the fields the CONTRACT lists; features say steps and auto."""
+    for f in report["findings"]:
+        for key in ("cause", "title", "time_lost_s", "time_lost_pct", "evidence", "fix",
+                    "fix_value", "confidence", "info", "sites"):
+            assert key in f, (key, f)
+        assert isinstance(f["info"], bool) and isinstance(f["sites"], list)
+        for s in f["sites"]:
+            assert {"site", "op", "count", "per_step", "total_s"} <= set(s), s
+    features = report["features"]
+    assert "steps" in features and isinstance(features.get("auto"), dict), features
+    return features
+
+
+def site_in(finding, filename, line):
+    return [s for s in finding["sites"] if s["site"].endswith(f"{filename}:{line}")]
+
+
+def recorded(features):
+    assert features["auto"].get("processes", 0) >= 1, features["auto"]
+    assert features["steps"] > 0, features
+
+
+def test_doctor_inline_loading_names_num_workers_and_the_fix_helps(tmp_path):
+    args = ["--steps", "50", "--image-size", "192"]
+    before, stdout = doctor(tmp_path / "inline", [sys.executable, script("inline_loading.py"),
+                                                  "--workers", "0", *args])
+    features = check_shape(before)
+    recorded(features)
+    top = before["findings"][0] if before["findings"] else None
+    assert top and top["cause"] == "input_pipeline", stdout
+    assert not top["info"]
+    assert isinstance(top["fix_value"], dict) and "num_workers" in top["fix_value"], top
+    workers = top["fix_value"]["num_workers"]
+    assert isinstance(workers, int) and workers >= 1, top
+    assert "num_workers=" in top["fix"], top["fix"]
+
+    # The fix, applied (no more processes than cores: this runs on small CI machines).
+    workers = max(1, min(workers, os.cpu_count()))
+    after, stdout_after = doctor(tmp_path / "workers", [sys.executable, script("inline_loading.py"),
+                                                        "--workers", str(workers), *args])
+    after_features = check_shape(after)
+    recorded(after_features)
+    rate = lambda f: f["steps"] / f["active_s"]  # noqa: E731
+    assert rate(after_features) > 1.15 * rate(features), (features, after_features)
+    assert after_features["step_time_median_s"] < features["step_time_median_s"]
+    assert lost_s(after, "input_pipeline") < lost_s(before, "input_pipeline"), stdout_after
+
+
+def test_doctor_points_at_the_item_call(tmp_path):
+    report, stdout = doctor(tmp_path / "run", [sys.executable, script("item_every_step.py"),
+                                               "--steps", "300"])
+    features = check_shape(report)
+    recorded(features)
+    assert features["steps"] == 300
+    line = marker_line("item_every_step.py", "HOST_SYNC_LINE")
+    syncs = findings_of(report, "host_sync")
+    assert syncs, stdout
+    import torch
+
+    if not torch.cuda.is_available():
+        assert all(f["info"] for f in syncs), syncs  # nothing waits for a CPU
+    hits = [s for f in syncs for s in site_in(f, "item_every_step.py", line)]
+    assert hits, syncs
+    assert hits[0]["count"] >= 300 and ".item()" in hits[0]["op"], hits
+
+
+def test_doctor_names_the_torch_save_site(tmp_path):
+    report, stdout = doctor(tmp_path / "run", [sys.executable, script("save_every_n.py"),
+                                               "--out", str(tmp_path / "ckpt")])
+    features = check_shape(report)
+    recorded(features)
+    stalls = findings_of(report, "checkpoint_stall")
+    assert stalls and not stalls[0]["info"], stdout
+    line = marker_line("save_every_n.py", "SAVE_LINE")
+    assert site_in(stalls[0], "save_every_n.py", line), stalls[0]
+
+
+@pytest.mark.parametrize("args", [[], ["--data", "loader", "--workers", "2", "--batch-size", "128",
+                                        "--steps", "30", "--log-every", "10"]],
+                         ids=["memory", "loader_with_workers"])
+def test_doctor_finds_nothing_wrong_with_a_healthy_loop(tmp_path, args):
+    report, stdout = doctor(tmp_path / "run", [sys.executable, script("healthy.py"), *args])
+    features = check_shape(report)
+    recorded(features)
+    bad = [f for f in report["findings"] if f["cause"] in BAD_CAUSES and not f["info"]]
+    assert not bad, stdout
+
+
+def test_doctor_imagenet_style_script(tmp_path, photo_folder):
+    report, stdout = doctor(tmp_path / "run", [
+        sys.executable, script("imagenet_main.py"), "-a", "tinynet", "-j", "2", "-b", "16",
+        "--image-size", "64", "--epochs", "1", "--max-steps", "4", "-p", "2",
+        "--checkpoint-dir", str(tmp_path / "ckpt"), photo_folder])
+    features = check_shape(report)
+    recorded(features)
+    assert features["steps"] == 4
+    assert features["auto"]["processes"] >= 3, features["auto"]  # the job and 2 workers
+
+
+def test_doctor_python_dash_m(tmp_path):
+    report, _ = doctor(tmp_path / "run", [sys.executable, "-m", "minitrain", "--steps", "20"],
+                       cwd=AUTO)
+    features = check_shape(report)
+    recorded(features)
+    assert features["steps"] == 20
+
+
+def test_doctor_no_auto_leaves_the_job_alone(tmp_path):
+    report, _ = doctor(tmp_path / "run", [sys.executable, script("item_every_step.py"),
+                                          "--steps", "20"], "--no-auto")
+    assert not glob.glob(str(tmp_path / "run" / "**" / "spans-*-auto.jsonl"), recursive=True)
+    assert check_shape(report)["steps"] == 0
+
+
+def test_doctor_on_a_command_that_is_not_python(tmp_path):
+    report, stdout = doctor(tmp_path / "run", ["sleep", "2"])
+    features = check_shape(report)
+    assert features["steps"] == 0
+    assert "no step data" in stdout, stdout
+
+
+@pytest.mark.parametrize("command,rc", [
+    ([sys.executable, "-c", "import sys; sys.exit(3)"], 3),
+    ([sys.executable, script("prints_and_exits.py"), "--signal", "TERM"], 128 + signal.SIGTERM),
+], ids=["exit3", "sigterm"])
+def test_doctor_passes_the_exit_status_through(tmp_path, command, rc):
+    doctor(tmp_path / "run", command, expect_rc=rc)
+
+
+def test_doctor_under_torchrun(tmp_path):
+    python = torch2_python()
+    env = clean_env()  # no PYTHONPATH: torch 2's environment must not see Debian's torch
+    report, stdout = doctor(tmp_path / "run", [*torchrun(python), "--nproc_per_node=2",
+                                               script("ddp_train.py"), "--epochs", "2",
+                                               "--samples", "512"], env=env)
+    features = check_shape(report)
+    recorded(features)
+    assert features["auto"]["processes"] >= 2, features["auto"]
+    check_ranks(load_run(tmp_path / "run"), steps=2 * 512 // 2 // 32)
+
+
+def test_run_instrumented_records_and_keeps_the_exit_code(tmp_path):
+    run = tmp_path / "run"
+    r = subprocess.run([*saturate_cmd(), "run-instrumented", "-o", str(run), "--",
+                        sys.executable, script("prints_and_exits.py"), "--exit-code", "4"],
+                       env=clean_env(PYTHONPATH=os.pathsep.join(sys.path)), capture_output=True,
+                       timeout=120)
+    plain = run_job([script("prints_and_exits.py"), "--exit-code", "4"], text=False)
+    assert (r.returncode, r.stdout, r.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    assert len(main_process(load_run(run))["steps"]) == 8
