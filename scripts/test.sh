@@ -3,7 +3,8 @@
 #   1. installs missing dependencies (Debian packages; PyPI for the Python venv),
 #   2. builds with warnings as errors (CUDA code and the Python module too)
 #      and runs every unit and end-to-end test,
-#   2b. installs the Python package with `pip install .` into .venv and runs pytest,
+#   2b. installs the Python package with `pip install .` into .venv, makes .venv-torch2
+#       (PyPI torch >= 2, for torchrun; scripts/torch2-env.sh) and runs pytest,
 #   3. rebuilds with ASan+UBSan and runs every test again,
 #   4. rebuilds the threaded parts with TSan and runs their tests,
 #   5. builds the libFuzzer targets with clang and runs each for a bounded time,
@@ -24,6 +25,10 @@ cmake -S . -B build/ci -G Ninja -DSATURATE_WERROR=ON -DSATURATE_BUILD_BENCH=ON \
   -DSATURATE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/.venv/bin/python" >/dev/null
 cmake --build build/ci -j "$JOBS"
 ctest --test-dir build/ci --output-on-failure -j "$JOBS"
+
+step "torch 2 environment for the torchrun tests (scripts/torch2-env.sh: .venv-torch2, once)"
+scripts/torch2-env.sh .venv-torch2
+export SATURATE_TORCH2_PYTHON="$PWD/.venv-torch2/bin/python"
 
 step "Python tests (pytest, against the installed package)"
 .venv/bin/python -m pytest -q

@@ -377,7 +377,10 @@ def check_ranks(procs, steps):
 
 
 def saturate_cmd():
-    """The saturate command line tool: bundled with the installed package."""
+    """The saturate command line tool: $SATURATE_CLI (a build tree's binary,
+    while developing), else the one bundled with the installed package."""
+    if os.environ.get("SATURATE_CLI"):
+        return [os.environ["SATURATE_CLI"]]
     import saturate
 
     exe = os.path.join(os.path.dirname(os.path.abspath(saturate.__file__)), "bin", "saturate")
