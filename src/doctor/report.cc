@@ -173,6 +173,39 @@ const char* SeverityColor(double pct) { return pct >= 20 ? "1;31" : pct >= 5 ? "
 
 }  // namespace
 
+// "train.py:42 .item() 1.0/step 0.31 s; ..." for the top three sites.
+std::string SitesWords(const std::vector<SiteStat>& sites) {
+  std::string out;
+  for (size_t i = 0; i < std::min<size_t>(sites.size(), 3); ++i) {
+    const SiteStat& x = sites[i];
+    out += (i ? "; " : "") + x.site + " " + x.op + Format(" %.2g/step", x.per_step) + " " +
+           Seconds(x.total_s);
+  }
+  if (sites.size() > 3) out += Format("; %g more", double(sites.size() - 3));
+  return out;
+}
+
+// What the auto-instrumentation did not capture, or why it did not run;
+// empty when it captured everything it looks for.
+std::string AutoWords(const Features& f) {
+  const AutoSummary& a = f.auto_info;
+  if (a.enabled == false) return "auto-instrumentation: off (--no-auto)";
+  if (a.processes == 0) {
+    return a.enabled ? "auto-instrumentation: nothing recorded (no Python process imported torch)"
+                     : "";
+  }
+  std::string out;
+  if (!a.missing.empty()) {
+    out = "auto-instrumentation: not captured:";
+    for (const auto& [hook, why] : a.missing) out += " " + hook + " (" + why + ")";
+  }
+  if (a.errors > 0) {
+    out += (out.empty() ? "auto-instrumentation: " : "; ") +
+           Format("%g recording errors: some events may be missing", double(a.errors));
+  }
+  return out;
+}
+
 std::string RenderSummary(const Run& run, const Analysis& analysis, bool color, int max_findings) {
   const Features& f = analysis.features;
   std::vector<std::string> header = {"saturate doctor: " + run.meta.dir,
@@ -183,6 +216,10 @@ std::string RenderSummary(const Run& run, const Analysis& analysis, bool color, 
   std::string out = Paint(color, "1", JoinWrapped(header)) + "\n";
   const std::vector<std::string> numbers = HeadlineNumbers(f);
   if (!numbers.empty()) out += JoinWrapped(numbers) + "\n";
+  if (f.steps == 0) {
+    out += "no step data: no optimizer step or saturate.step() mark was recorded\n";
+  }
+  if (!AutoWords(f).empty()) out += Wrap(AutoWords(f), 0, 2) + "\n";
   out += "\n";
 
   std::vector<const Finding*> ranked, notes;
@@ -215,6 +252,10 @@ std::string RenderSummary(const Run& run, const Analysis& analysis, bool color, 
       out += std::string(Columns(lead), ' ') + Paint(color, "32", "fix:") + " " +
              Wrap(finding.fix, Columns(fix_lead), Columns(fix_lead)) + "\n";
     }
+    if (!finding.sites.empty()) {
+      const std::string at_lead = std::string(Columns(lead), ' ') + "at:  ";
+      out += at_lead + Wrap(SitesWords(finding.sites), Columns(at_lead), Columns(at_lead)) + "\n";
+    }
   }
   if (ranked.empty()) {
     out += Paint(color, "32", HealthyWords(f, analysis.min_time_lost_pct)) + ".\n";
@@ -229,6 +270,7 @@ std::string RenderSummary(const Run& run, const Analysis& analysis, bool color, 
   for (const Finding* note : notes) {
     out += Paint(color, "1", "note:") + " " + Wrap(note->title, 6, 6) + "\n";
     if (!note->fix.empty()) out += "      " + Wrap(note->fix, 6, 6) + "\n";
+    if (!note->sites.empty()) out += "      at: " + Wrap(SitesWords(note->sites), 10, 10) + "\n";
   }
   return out;
 }
@@ -398,6 +440,55 @@ std::string PhaseChart(const Features& features) {
   return Figure("phases", caption, svg);
 }
 
+// A few consecutive steps around the median one, each a row of the phases
+// that filled it, left to right: where a step's time goes, step by step.
+std::string WaterfallChart(const Features& features) {
+  const std::string caption = "Step waterfall (steps around the median one)";
+  if (features.waterfall.empty()) {
+    return Figure("waterfall", caption, Empty("no steps with phases recorded"));
+  }
+  constexpr double kRow = 26;
+  Frame f;
+  f.left = 90;
+  f.top = 10;
+  f.height = f.top + f.bottom + kRow * double(features.waterfall.size());
+  double longest_s = 0;
+  for (const StepWaterfall& w : features.waterfall) longest_s = std::max(longest_s, w.dur_s);
+  const bool ms = longest_s < 2;
+  const double scale = ms ? 1000 : 1;
+  f.x_max = std::max(longest_s * scale, 1e-6);
+  f.y_max = double(features.waterfall.size());
+  // Colors by phase name, in order of first appearance, so a name keeps its color.
+  std::vector<std::string> names;
+  auto color_of = [&](const std::string& name) {
+    auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end()) it = names.insert(names.end(), name);
+    return PhaseColor(name, size_t(it - names.begin()));
+  };
+  std::string svg = SvgOpen(f, "Phases of consecutive steps");
+  std::vector<Tick> rows;
+  std::string bars;
+  for (size_t i = 0; i < features.waterfall.size(); ++i) {
+    const StepWaterfall& w = features.waterfall[i];
+    const double row = f.y_max - double(i) - 0.5;
+    rows.push_back({row, "step " + std::to_string(w.step)});
+    const double y = f.Y(row) - kRow * 0.32;
+    for (const auto& [name, offset_s, dur_s] : w.segments) {
+      bars += "<rect x=\"" + Num(f.X(offset_s * scale)) + "\" y=\"" + Num(y) + "\" width=\"" +
+              Num(std::max(f.X((offset_s + dur_s) * scale) - f.X(offset_s * scale), 0.5)) +
+              "\" height=\"" + Num(kRow * 0.64) + "\" fill=\"" + color_of(name) + "\"><title>" +
+              HtmlEscape(name) + ": " + Seconds(dur_s) + "</title></rect>";
+    }
+  }
+  std::vector<Series> legend;
+  for (const std::string& name : names) legend.push_back({name, color_of(name), {}});
+  svg += Axis(f, Side::kBottom, Labelled(NiceTicks(0, f.x_max), ms ? " ms" : " s"), true,
+              "time since the step began (gaps: time in no phase)");
+  svg += Axis(f, Side::kLeft, rows, false, "");
+  svg += bars + "</svg>\n" + Legend(legend);
+  return Figure("waterfall", caption, svg);
+}
+
 std::string EdgeLabel(double edge) { return Format("%g", edge); }
 
 std::string IdleGapChart(const Features& features) {
@@ -542,6 +633,17 @@ std::string FindingsTable(const Analysis& analysis) {
       }
       html += "</ul>";
     }
+    if (!finding.sites.empty()) {
+      html +=
+          "<table class=\"sites\"><thead><tr><th>call site</th><th>call</th><th "
+          "class=\"num\">per step</th><th class=\"num\">time</th></tr></thead><tbody>";
+      for (const SiteStat& x : finding.sites) {
+        html += "<tr><td class=\"mono\">" + HtmlEscape(x.site) + "</td><td class=\"mono\">" +
+                HtmlEscape(x.op) + "</td><td class=\"num\">" + Format("%.2g", x.per_step) +
+                "</td><td class=\"num\">" + Seconds(x.total_s) + "</td></tr>";
+      }
+      html += "</tbody></table>";
+    }
     html += "</td><td class=\"fix\">" + HtmlEscape(finding.fix);
     if (finding.fix_value) {
       html += "<br><code>" + HtmlEscape(finding.fix_value->first) + " = " +
@@ -651,14 +753,17 @@ std::string RenderHtml(const Run& run, const Analysis& analysis) {
       FindingsTable(analysis) + "</section>\n";
   html +=
       "<section id=\"charts\" aria-labelledby=\"charts-h\">\n<h2 id=\"charts-h\">Charts</h2>\n" +
-      TimelineChart(run, analysis) + PhaseChart(f) + IdleGapChart(f) + "</section>\n";
+      TimelineChart(run, analysis) + PhaseChart(f) + WaterfallChart(f) + IdleGapChart(f) +
+      "</section>\n";
   html +=
       "<section id=\"measurements\" aria-labelledby=\"measurements-h\">\n"
       "<h2 id=\"measurements-h\">Measurements</h2>\n" +
       MeasurementsTable(f) + LoaderTable(run) + "</section>\n";
-  if (!run.warnings.empty()) {
+  std::vector<std::string> notes = run.warnings;
+  if (!AutoWords(f).empty()) notes.push_back(AutoWords(f));
+  if (!notes.empty()) {
     html += "<section id=\"notes\">\n<h2>Notes from reading the run</h2>\n<ul>\n";
-    for (const std::string& w : run.warnings) html += "<li>" + HtmlEscape(w) + "</li>\n";
+    for (const std::string& w : notes) html += "<li>" + HtmlEscape(w) + "</li>\n";
     html += "</ul>\n</section>\n";
   }
   html +=

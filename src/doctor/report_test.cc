@@ -128,14 +128,16 @@ TEST(ReportHtml, FindingsInTheGivenOrderWithEvidenceAndFix) {
 
 TEST(ReportHtml, DrawsEachChartWhenThereIsData) {
   const std::string html = RenderHtml(SyntheticRun(), SyntheticAnalysis());
-  EXPECT_EQ(Count(html, "<svg "), 3u);
+  EXPECT_EQ(Count(html, "<svg "), 4u);
   EXPECT_EQ(Count(html, "<svg "), Count(html, "</svg>"));
-  EXPECT_EQ(Count(html, "role=\"img\""), 3u);
+  EXPECT_EQ(Count(html, "role=\"img\""), 4u);
   EXPECT_EQ(Count(html, "class=\"empty\""), 0u);
   // Timeline: the device line (with its shaded area) and the host CPU line.
   const size_t timeline = html.find("<figure id=\"timeline\">");
   const size_t phases = html.find("<figure id=\"phases\">");
+  const size_t waterfall = html.find("<figure id=\"waterfall\">");
   const size_t gaps = html.find("<figure id=\"idle-gaps\">");
+  ASSERT_NE(waterfall, std::string::npos);
   ASSERT_NE(timeline, std::string::npos);
   ASSERT_NE(phases, std::string::npos);
   ASSERT_NE(gaps, std::string::npos);
@@ -147,10 +149,16 @@ TEST(ReportHtml, DrawsEachChartWhenThereIsData) {
   EXPECT_NE(t.find("time since start (s)"), std::string::npos);
   EXPECT_NE(t.find("host CPU busy"), std::string::npos);
   // Phases: one bar per phase, labelled with its share and time.
-  const std::string p = html.substr(phases, gaps - phases);
+  const std::string p = html.substr(phases, waterfall - phases);
   EXPECT_EQ(Count(p, "<rect"), 6u);
   EXPECT_NE(p.find(">data_wait</text>"), std::string::npos);
   EXPECT_NE(p.find("52.0% · 32.4 s"), std::string::npos);
+  // Waterfall: one row per step, one bar per phase in it, a legend entry per phase.
+  const std::string w = html.substr(waterfall, gaps - waterfall);
+  EXPECT_EQ(Count(w, "<rect"), 8u);
+  EXPECT_NE(w.find(">step 240</text>"), std::string::npos);
+  EXPECT_NE(w.find("<title>data_wait: 70 ms</title>"), std::string::npos) << w;
+  EXPECT_NE(w.find(">100 ms</text>"), std::string::npos);  // a time tick
   // Idle gaps: one bar per bucket, open-ended labels at both ends.
   const std::string g = html.substr(gaps);
   EXPECT_EQ(Count(g, "<rect"), 7u);
@@ -212,7 +220,7 @@ TEST(ReportHtml, EmptyChartsSayWhatIsMissing) {
   analysis.features.duration_s = 12;
   const std::string html = RenderHtml(run, analysis);
   EXPECT_EQ(Count(html, "<svg"), 0u);
-  EXPECT_EQ(Count(html, "class=\"empty\""), 3u);
+  EXPECT_EQ(Count(html, "class=\"empty\""), 4u);
   EXPECT_NE(html.find("no utilization samples recorded"), std::string::npos);
   EXPECT_NE(html.find("no step spans recorded"), std::string::npos);
   EXPECT_NE(html.find("saturate.phase("), std::string::npos);
@@ -227,7 +235,7 @@ TEST(ReportHtml, HistogramWithOnlyZeroCountsIsEmpty) {
   analysis.features.idle_gaps_s.counts.assign(analysis.features.idle_gaps_s.counts.size(), 0);
   const std::string html = RenderHtml(SyntheticRun(), analysis);
   EXPECT_NE(html.find("no idle gaps recorded"), std::string::npos);
-  EXPECT_EQ(Count(html, "<svg "), 2u);
+  EXPECT_EQ(Count(html, "<svg "), 3u);
 }
 
 TEST(ReportHtml, HealthyRunSaysSo) {
@@ -293,12 +301,30 @@ TEST(ReportSummary, ColorOnlyWhenAsked) {
   EXPECT_EQ(Count(summary, "\033["), 2 * Count(summary, "\033[0m"));
 }
 
+TEST(ReportSummary, NamesCallSitesAndWhatWasNotCaptured) {
+  Analysis analysis = SyntheticAnalysis();
+  analysis.features.auto_info = {true, 2, "2.1.0", {{"copy", "AttributeError: no Tensor.to"}}, 0};
+  analysis.findings[0].sites = {{"train.py:42", ".item()", "cuda", 480, 1.0, 3.25}};
+  const std::string summary = RenderSummary(SyntheticRun(), analysis);
+  EXPECT_NE(summary.find("at:  train.py:42 .item() 1/step 3.2 s"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("auto-instrumentation: not captured: copy (AttributeError: no "),
+            std::string::npos)
+      << summary;
+  const std::string html = RenderHtml(SyntheticRun(), analysis);
+  EXPECT_NE(html.find("<td class=\"mono\">train.py:42</td>"), std::string::npos);
+  EXPECT_NE(html.find("not captured: copy"), std::string::npos);
+  analysis.features.auto_info = {false, 0, "", {}, 0};
+  EXPECT_NE(RenderSummary(SyntheticRun(), analysis).find("auto-instrumentation: off (--no-auto)"),
+            std::string::npos);
+}
+
 TEST(ReportSummary, EmptyRunStillSaysSomething) {
   doctor::Run run;
   run.meta.dir = "runs/x";
   const std::string summary = RenderSummary(run, Analysis{});
   EXPECT_EQ(summary,
-            "saturate doctor: runs/x · 0 ms · no GPU: device = the training process\n\n"
+            "saturate doctor: runs/x · 0 ms · no GPU: device = the training process\n"
+            "no step data: no optimizer step or saturate.step() mark was recorded\n\n"
             "no cause costs more than 2% of the run.\n");
 }
 

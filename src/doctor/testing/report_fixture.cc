@@ -64,6 +64,20 @@ Analysis SyntheticAnalysis() {
   f.step_time_median_s = 0.13;
   f.phases = {{"data_wait", 32.4, 52.0}, {"forward", 12.5, 20.1}, {"backward", 11.2, 18.0},
               {"optimizer", 3.7, 5.9},   {"copy", 1.5, 2.4},      {"other", 1.0, 1.6}};
+  f.waterfall = {{240,
+                  31.0,
+                  0.13,
+                  {{"data_wait", 0, 0.07},
+                   {"forward", 0.07, 0.025},
+                   {"backward", 0.095, 0.025},
+                   {"optimizer", 0.12, 0.008}}},
+                 {241,
+                  31.13,
+                  0.12,
+                  {{"data_wait", 0, 0.06},
+                   {"forward", 0.06, 0.026},
+                   {"backward", 0.086, 0.024},
+                   {"optimizer", 0.11, 0.008}}}};
   f.data_wait_pct = 52.0;
   f.copy_pct = 2.4;
   f.host_cpu_busy_pct = 30.2;
