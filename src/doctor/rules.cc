@@ -15,6 +15,7 @@ namespace {
 // ---- Thresholds (docs/diagnosis.md) -------------------------------------------
 
 constexpr double kDataWaitPct = 10;       // data wait share of step time that is a problem
+constexpr double kInlineDataWaitPct = 3;  // the same, when the loading runs inline
 constexpr double kCpuSaturatedPct = 85;   // host CPU busy: the loader cannot get more
 constexpr double kLoaderBusyShare = 0.8;  // loader CPU / its threads: threads are busy
 constexpr double kIowaitPct = 10;         // iowait: the CPUs wait for storage
@@ -83,9 +84,16 @@ struct DataWait {
   bool from_spans = false;  // measured on the training thread, not inferred from the GPU
 };
 
+// A torch DataLoader with num_workers=0 loads inside the wait: all of it is
+// serial loading that workers would overlap, not jitter, so a smaller share
+// already counts.
+bool InlineLoading(const Features& f) { return f.loader_kind == "torch" && f.loader_threads == 0; }
+
 std::optional<DataWait> FindDataWait(const Features& f) {
   if (f.data_wait_pct) {
-    if (*f.data_wait_pct < kDataWaitPct) return std::nullopt;
+    if (*f.data_wait_pct < (InlineLoading(f) ? kInlineDataWaitPct : kDataWaitPct)) {
+      return std::nullopt;
+    }
     return DataWait{*f.data_wait_s, *f.data_wait_pct, true};
   }
   // No spans: the saw-tooth, idle gaps between busy stretches that recur.

@@ -446,7 +446,11 @@ def _hook_fetch(torch):
         @functools.wraps(orig)
         def wrapper(self, index, _orig=orig):
             t0 = _now()
-            out = _orig(self, index)
+            _state.fetch = getattr(_state, "fetch", 0) + 1
+            try:
+                out = _orig(self, index)
+            finally:
+                _state.fetch -= 1
             try:
                 samples = len(index) if self.auto_collation else 1
             except TypeError:
@@ -468,6 +472,8 @@ _syncs = {}  # (site, op, device) -> [count, total_ns, max_ns, written count]
 
 @_safe
 def _record_sync(op, device, t0, t1):
+    if getattr(_state, "fetch", 0) and device == "cpu":
+        return  # a transform's CPU math while loading a batch (RNG draws): not a sync
     site, via = _caller()
     if via:  # torch's own code asked (e.g. the DataLoader's seed): name the function
         op = "%s via %s" % (op, via)
