@@ -296,6 +296,30 @@ def test_an_existing_sitecustomize_still_runs(tmp_path):
     assert len(main_process(load_run(run))["steps"]) == 5
 
 
+def test_two_bootstrap_copies_on_the_path(tmp_path):
+    """Nested saturate commands (run-instrumented around doctor, a tune trial
+    under watch) put a second copy of the bootstrap on PYTHONPATH: the job must
+    run, print nothing more, record once, and still run the user's sitecustomize."""
+    import shutil
+
+    copy = tmp_path / "outer-bootstrap"
+    shutil.copytree(BOOTSTRAP, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    user_site = tmp_path / "site"
+    user_site.mkdir()
+    mark = tmp_path / "user-sitecustomize-ran"
+    (user_site / "sitecustomize.py").write_text(f"open({str(mark)!r}, 'a').write('ran')\n")
+    job = [script("prints_and_exits.py"), "--steps", "4"]
+    plain = run_job(job, pythonpath=[str(user_site)], text=False)
+    assert mark.read_text() == "ran"
+    mark.unlink()
+    run = tmp_path / "run"
+    nested = run_job(job, run, pythonpath=[str(copy), str(user_site)], text=False)
+    assert mark.exists() and mark.read_text() == "ran", "the user's sitecustomize ran once"
+    assert (nested.returncode, nested.stdout, nested.stderr) == \
+        (plain.returncode, plain.stdout, plain.stderr)
+    assert len(main_process(load_run(run))["steps"]) == 4
+
+
 @pytest.mark.parametrize("args", [
     ["--exit-code", "3"],
     ["--workers", "2", "--signal", "TERM"],
@@ -425,9 +449,14 @@ def site_in(finding, filename, line):
     return [s for s in finding["sites"] if s["site"].endswith(f"{filename}:{line}")]
 
 
-def recorded(features):
+def recorded(features, steps=None):
+    """The bootstrap recorded; with STEPS, doctor counted that many optimizer
+    steps (or one fewer: a step is the time between two marks, and the first
+    has no mark before it)."""
     assert features["auto"].get("processes", 0) >= 1, features["auto"]
     assert features["steps"] > 0, features
+    if steps is not None:
+        assert steps - 1 <= features["steps"] <= steps, (steps, features["steps"])
 
 
 def test_doctor_inline_loading_names_num_workers_and_the_fix_helps(tmp_path):
@@ -460,8 +489,7 @@ def test_doctor_points_at_the_item_call(tmp_path):
     report, stdout = doctor(tmp_path / "run", [sys.executable, script("item_every_step.py"),
                                                "--steps", "300"])
     features = check_shape(report)
-    recorded(features)
-    assert features["steps"] == 300
+    recorded(features, steps=300)
     line = marker_line("item_every_step.py", "HOST_SYNC_LINE")
     syncs = findings_of(report, "host_sync")
     assert syncs, stdout
@@ -502,8 +530,7 @@ def test_doctor_imagenet_style_script(tmp_path, photo_folder):
         "--image-size", "64", "--epochs", "1", "--max-steps", "4", "-p", "2",
         "--checkpoint-dir", str(tmp_path / "ckpt"), photo_folder])
     features = check_shape(report)
-    recorded(features)
-    assert features["steps"] == 4
+    recorded(features, steps=4)
     assert features["auto"]["processes"] >= 3, features["auto"]  # the job and 2 workers
 
 
@@ -511,8 +538,14 @@ def test_doctor_python_dash_m(tmp_path):
     report, _ = doctor(tmp_path / "run", [sys.executable, "-m", "minitrain", "--steps", "20"],
                        cwd=AUTO)
     features = check_shape(report)
-    recorded(features)
-    assert features["steps"] == 20
+    recorded(features, steps=20)
+
+
+def test_doctor_counts_explicit_and_auto_steps_once(tmp_path):
+    report, _ = doctor(tmp_path / "run", [sys.executable, script("explicit_marks.py"),
+                                          "--steps", "30"])
+    features = check_shape(report)
+    recorded(features, steps=30)  # not 60: explicit and auto marks are the same steps
 
 
 def test_doctor_no_auto_leaves_the_job_alone(tmp_path):
