@@ -259,6 +259,13 @@ def _update_done(optimizer, t0, t1):
                 % (_steps[0], t1, _w.pid, _tid()))
 
 
+def _closure_starts(args, kwargs, t0):
+    """optimizer.step(closure) runs forward and backward inside the update
+    (LBFGS, Lightning's automatic optimization): forward starts with it."""
+    if (args and callable(args[0])) or callable(kwargs.get("closure")):
+        _state.forward_start = t0
+
+
 def _timed_update(step):
     """Wraps an optimizer's step (torch < 2.0, no global hooks)."""
     if getattr(step, "_saturate_wrapped", False):
@@ -272,6 +279,7 @@ def _timed_update(step):
             finally:
                 _depth_exit("opt")
         t0 = _now()
+        _closure_starts(args, kwargs, t0)
         try:
             return step(self, *args, **kwargs)
         finally:
@@ -291,6 +299,7 @@ def _hook_optimizer(torch):
         def pre(optimizer, args, kwargs):
             if _depth_enter("opt"):
                 _state.opt_t0 = _now()
+                _closure_starts(args, kwargs, _state.opt_t0)
 
         def post(optimizer, args, kwargs):
             _depth_exit("opt")
