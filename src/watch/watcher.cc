@@ -197,6 +197,7 @@ class Watcher::Impl {
              {"gpus", GpuInfoJson()},
              {"command", options_.command},
              {"pid", options_.pid},
+             {"auto_instrument", options_.auto_instrument},
              {"start_unix_ns", start_unix_ns_},
              {"start_monotonic_ns", start_ns_},
              {"interval_ns", options_.interval_ns},

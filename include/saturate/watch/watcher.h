@@ -35,6 +35,9 @@ struct WatchOptions {
   bool gpus = true;                   // false: do not load NVML
   std::string nvml_library;           // "": libnvidia-ml.so.1, then .so
   std::string proc_root = "/proc";    // for tests
+  // Recorded in meta.json: whether the command got the Python
+  // auto-instrumentation bootstrap (src/job/bootstrap.h).
+  bool auto_instrument = false;
 };
 
 // Counters about the watcher itself.

@@ -1,0 +1,75 @@
+#include "job/bootstrap.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "base/testing.h"
+
+namespace saturate::job {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(BootstrapTest, EmbedsBothFilesAsTheyAreInTheSourceTree) {
+  ASSERT_EQ(BootstrapFiles().size(), 2u);
+  EXPECT_EQ(BootstrapFiles()[0].name, "sitecustomize.py");
+  EXPECT_EQ(BootstrapFiles()[1].name, "saturate_autotrace.py");
+  for (const BootstrapFile& f : BootstrapFiles()) {
+    EXPECT_EQ(f.content,
+              ReadAll(std::string(SATURATE_BOOTSTRAP_SOURCE_DIR) + "/" + std::string(f.name)))
+        << f.name << " is stale: the build did not regenerate bootstrap_files.cc";
+  }
+}
+
+TEST(BootstrapTest, EnvChainsAnExistingPythonPath) {
+  EXPECT_EQ(BootstrapEnv("/run/.auto", nullptr),
+            (EnvVars{{"PYTHONPATH", "/run/.auto"}, {"SATURATE_AUTO", "1"}}));
+  EXPECT_EQ(BootstrapEnv("/run/.auto", ""),
+            (EnvVars{{"PYTHONPATH", "/run/.auto"}, {"SATURATE_AUTO", "1"}}));
+  EXPECT_EQ(BootstrapEnv("/run/.auto", "/mine:/theirs"),
+            (EnvVars{{"PYTHONPATH", "/run/.auto:/mine:/theirs"}, {"SATURATE_AUTO", "1"}}));
+}
+
+TEST(BootstrapTest, WritesTheFilesAndReturnsAnAbsolutePath) {
+  testing::TempDir dir;
+  const std::string cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  const char* saved = getenv("PYTHONPATH");
+  const std::string saved_value = saved != nullptr ? saved : "";
+  setenv("PYTHONPATH", "/opt/mine", 1);
+  Result<EnvVars> env = WriteBootstrap("run/.auto");  // relative, parents created
+  if (saved != nullptr) {
+    setenv("PYTHONPATH", saved_value.c_str(), 1);
+  } else {
+    unsetenv("PYTHONPATH");
+  }
+  std::filesystem::current_path(cwd);
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  const std::string abs = dir.path() + "/run/.auto";
+  ASSERT_EQ(env->size(), 2u);
+  EXPECT_EQ((*env)[0], (std::pair<std::string, std::string>{"PYTHONPATH", abs + ":/opt/mine"}));
+  EXPECT_EQ((*env)[1], (std::pair<std::string, std::string>{"SATURATE_AUTO", "1"}));
+  for (const BootstrapFile& f : BootstrapFiles()) {
+    EXPECT_EQ(ReadAll(abs + "/" + std::string(f.name)), f.content) << f.name;
+  }
+  // Again into the same folder (tune's trials share one): replaced, no error.
+  SATURATE_ASSERT_OK(WriteBootstrap(abs).status());
+}
+
+TEST(BootstrapTest, UnwritableFolderIsAnError) {
+  testing::TempDir dir;
+  std::ofstream(dir.Join("file")) << "x";
+  EXPECT_FALSE(WriteBootstrap(dir.Join("file/.auto")).ok());
+}
+
+}  // namespace
+}  // namespace saturate::job
