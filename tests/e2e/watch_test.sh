@@ -161,4 +161,51 @@ kill -INT "$BG_PID" 2>/dev/null
 wait "$BG_PID" 2>/dev/null
 BG_PID=
 
+section "the Python auto-instrumentation bootstrap (watch, run-instrumented)"
+HERE=$(pwd -P)
+mkdir -p mine && echo 'MARK = 1' >mine/saturate_e2e_mine.py
+# Shows whether the bootstrap is on sys.path and loaded, and that the user's PYTHONPATH still works.
+SHOW='import sys, saturate_e2e_mine
+print("auto-path", [p for p in sys.path if p.endswith("/.auto")])
+print("autotrace", "saturate_autotrace" in sys.modules)'
+PYTHONPATH=$HERE/mine run "$SAT" watch --no-gpu -q -o auto-on -- "$PY" -c "$SHOW"
+expect_rc 0 "watch runs a Python command with the bootstrap"
+expect_out "auto-path ['$HERE/auto-on/.auto']" "the bootstrap folder is on sys.path"
+expect_out "autotrace True" "sitecustomize loaded saturate_autotrace"
+check "meta.json says auto_instrument is on" \
+  python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["auto_instrument"] is True' \
+  auto-on/meta.json
+PYTHONPATH=$HERE/mine run "$SAT" watch --no-auto --no-gpu -q -o auto-off -- "$PY" -c "$SHOW"
+expect_rc 0 "watch --no-auto (a pre-existing PYTHONPATH entry still imports)"
+expect_out "auto-path []" "--no-auto: no bootstrap on sys.path"
+expect_out "autotrace False" "--no-auto: saturate_autotrace not loaded"
+check "--no-auto leaves no bootstrap folder" test ! -e auto-off/.auto
+check "meta.json says auto_instrument is off" \
+  python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["auto_instrument"] is False' \
+  auto-off/meta.json
+sat watch --help
+expect_out "--no-auto" "watch --help lists --no-auto"
+
+sat run-instrumented --help
+expect_rc 0 "run-instrumented --help"
+expect_out "SATURATE_RUN_DIR" "run-instrumented --help says where the run directory is"
+sat run-instrumented -o inst -- "$PY" -c \
+  'import os,sys; print(os.environ["SATURATE_RUN_DIR"]); print(sys.modules.get("saturate_autotrace") is not None)'
+expect_rc 0 "run-instrumented a Python command"
+expect_out "$HERE/inst" "SATURATE_RUN_DIR is the absolute run directory"
+expect_out "True" "the command imported saturate_autotrace"
+check "the bootstrap is in RUN/.auto" test -s inst/.auto/sitecustomize.py
+sat run-instrumented -o inst -- sh -c 'exit 7'
+expect_rc 7 "run-instrumented passes the exit status through"
+sat run-instrumented -o inst -- sh -c 'kill -TERM $$'
+expect_rc 143 "run-instrumented: a signal-killed command is the shell's 128+signal"
+SATURATE_RUN_DIR=$HERE/from-env run "$SAT" run-instrumented -- sh -c 'echo "dir=$SATURATE_RUN_DIR"'
+expect_out "dir=$HERE/from-env" "run-instrumented uses \$SATURATE_RUN_DIR without -o"
+check "the run directory from the environment is created" test -d from-env/.auto
+sat run-instrumented -o inst -- saturate-no-such-command
+expect_rc 2 "run-instrumented a missing command"
+expect_err "saturate-no-such-command: command not found" "run-instrumented names the missing command"
+sat run-instrumented -o inst
+expect_rc 2 "run-instrumented without a command"
+
 summary

@@ -59,6 +59,7 @@ void RegisterWatch(CLI::App& app, int* exit_code);
 void RegisterTrace(CLI::App& app, int* exit_code);
 void RegisterDoctor(CLI::App& app, int* exit_code);  // doctor and report
 void RegisterTune(CLI::App& app, int* exit_code);    // tune and tune feed
+void RegisterRun(CLI::App& app, int* exit_code);     // run-instrumented
 
 }  // namespace saturate::cli
 

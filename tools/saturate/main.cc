@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   saturate::cli::RegisterTrace(app, &exit_code);
   saturate::cli::RegisterDoctor(app, &exit_code);
   saturate::cli::RegisterTune(app, &exit_code);
+  saturate::cli::RegisterRun(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

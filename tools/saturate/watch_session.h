@@ -1,7 +1,7 @@
-// The watch loop `saturate watch` and `saturate doctor` share: start the
-// command (argv, never a shell) or follow a pid, sample it with a Watcher
-// into a run directory, optionally serve Prometheus and draw the view, and
-// finish the run directory when the command ends.
+// What `saturate watch` and `saturate doctor` share around the job runner
+// (src/job/runner.h, which starts, samples and stops the command as it does
+// for every tune trial): their flags, the Prometheus endpoint, the live view
+// and the start and end lines.
 #ifndef SATURATE_TOOLS_SATURATE_WATCH_SESSION_H_
 #define SATURATE_TOOLS_SATURATE_WATCH_SESSION_H_
 
@@ -22,15 +22,19 @@ struct WatchFlags {
   std::string duration;
   bool no_gpu = false;
   std::string nvml_library;
+  bool no_auto = false;
   bool quiet = false;
   bool no_view = false;
   std::string refresh = "500ms";
   std::vector<std::string> command;
 };
 
-// The flags both commands take: --interval, --out, --prometheus, --no-gpu,
-// --nvml-library and the command after --.
+// The flags both commands take: --interval, --prometheus, --no-gpu,
+// --nvml-library and --no-auto.
 void AddCommonWatchFlags(CLI::App* cmd, WatchFlags* flags);
+
+// --no-auto (watch, doctor, tune): no Python auto-instrumentation bootstrap.
+void AddNoAutoFlag(CLI::App* cmd, bool* no_auto);
 
 // "runs/<prefix>-YYYYmmdd-HHMMSS".
 std::string DefaultRunDir(const std::string& prefix);
@@ -38,7 +42,8 @@ std::string DefaultRunDir(const std::string& prefix);
 // Runs the watch until the command or pid ends (or the duration passes, or
 // SIGINT/SIGTERM without a command). The command's environment gets
 // SATURATE_RUN_DIR (absolute) so that the trace library records its spans
-// into the same run directory. `*exit_code` is the command's exit code.
+// into the same run directory, and the auto-instrumentation bootstrap
+// (RUN_DIR/.auto) unless --no-auto. `*exit_code` is the command's exit code.
 // Messages are prefixed "saturate <name>:".
 Status RunWatched(const std::string& name, WatchFlags flags, int* exit_code, std::string* run_dir);
 
