@@ -469,12 +469,12 @@ def test_doctor_inline_loading_names_num_workers_and_the_fix_helps(tmp_path):
     assert top and top["cause"] == "input_pipeline", stdout
     assert not top["info"]
     assert isinstance(top["fix_value"], dict) and "num_workers" in top["fix_value"], top
-    workers = top["fix_value"]["num_workers"]
-    assert isinstance(workers, int) and workers >= 1, top
-    assert "num_workers=" in top["fix"], top["fix"]
+    named = top["fix_value"]["num_workers"]
+    assert float(named).is_integer() and named >= 1, top
+    assert "num_workers=%d" % named in top["fix"], top["fix"]
 
     # The fix, applied (no more processes than cores: this runs on small CI machines).
-    workers = max(1, min(workers, os.cpu_count()))
+    workers = max(1, min(int(named), os.cpu_count()))
     after, stdout_after = doctor(tmp_path / "workers", [sys.executable, script("inline_loading.py"),
                                                         "--workers", str(workers), *args])
     after_features = check_shape(after)
@@ -483,6 +483,7 @@ def test_doctor_inline_loading_names_num_workers_and_the_fix_helps(tmp_path):
     assert rate(after_features) > 1.15 * rate(features), (features, after_features)
     assert after_features["step_time_median_s"] < features["step_time_median_s"]
     assert lost_s(after, "input_pipeline") < lost_s(before, "input_pipeline"), stdout_after
+    assert isinstance(named, int), f"fix_value num_workers is {named!r}: the contract says an integer"
 
 
 def test_doctor_points_at_the_item_call(tmp_path):
