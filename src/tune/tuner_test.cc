@@ -23,12 +23,12 @@ TEST(FeedSweepTest, KneeThenTheShallowestGoodPrefetch) {
     return FeedPoint{rate, double(t), 5, 10};
   };
   std::vector<size_t> done;
-  SATURATE_ASSERT_OK_AND_ASSIGN(
-      nlohmann::json j, RunFeedSweep(o, measure, [&](const TrialProgress& p) {
-        done.push_back(p.done);
-        EXPECT_EQ(p.estimated, 6u);
-        EXPECT_EQ(p.row["id"], p.done);
-      }));
+  SATURATE_ASSERT_OK_AND_ASSIGN(nlohmann::json j,
+                                RunFeedSweep(o, measure, [&](const TrialProgress& p) {
+                                  done.push_back(p.done);
+                                  EXPECT_EQ(p.estimated, 6u);
+                                  EXPECT_EQ(p.row["id"], p.done);
+                                }));
   EXPECT_EQ(measured,
             (std::vector<std::pair<int, int>>{{1, 2}, {2, 2}, {4, 2}, {8, 2}, {4, 4}, {4, 8}}));
   EXPECT_EQ(done, (std::vector<size_t>{1, 2, 3, 4, 5, 6}));
@@ -67,12 +67,11 @@ TEST(CommandTunerTest, GridByMetricThenVerify) {
   EXPECT_EQ(tuner->strategy_name(), "grid");
   EXPECT_EQ(tuner->configurations(), 2u);
   std::vector<std::string> stages;
-  SATURATE_ASSERT_OK_AND_ASSIGN(
-      CommandTuneResult r, tuner->Run([&](const TrialProgress& p) {
-        stages.push_back(p.row["stage"].get<std::string>());
-        EXPECT_EQ(p.row["ended_by"], "time");
-        EXPECT_GE(p.estimated, p.done);
-      }));
+  SATURATE_ASSERT_OK_AND_ASSIGN(CommandTuneResult r, tuner->Run([&](const TrialProgress& p) {
+    stages.push_back(p.row["stage"].get<std::string>());
+    EXPECT_EQ(p.row["ended_by"], "time");
+    EXPECT_GE(p.estimated, p.done);
+  }));
   EXPECT_TRUE(r.found);
   EXPECT_FALSE(r.cancelled);
   EXPECT_EQ(stages, (std::vector<std::string>{"grid", "grid", "verify start", "verify best"}));
