@@ -10,7 +10,9 @@ Its depth is calibrated (plain) so that a step takes about 5 ms and about
 100 ms on this machine. Each run times every step itself (perf_counter from
 the end of one step to the end of the next, the first 20 left out) and
 reports its median and mean step time; overhead is traced / plain - 1 per
-round, shown as the median over rounds with the min..max spread.
+round, shown as the median over rounds with the min..max spread, for the
+median step, the mean step and the CPU time per step (time.process_time), and
+beside it how far plain runs differ from each other (the noise floor).
 
 On a noisy machine end-to-end differences of a fraction of a percent are
 below the run-to-run spread, so a second table measures the hooks directly:
@@ -73,19 +75,20 @@ for _ in range(args.layers):
 model = nn.Sequential(*layers, nn.Linear(args.hidden, 10))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 loss_fn = nn.CrossEntropyLoss()
-running, times = 0.0, []
-prev = time.perf_counter()
+running, times, cpu_times = 0.0, [], []
+prev, prev_cpu = time.perf_counter(), time.process_time()
 for x, y in loader:
     loss = loss_fn(model(x), y)
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
     running += loss.item()
-    now = time.perf_counter()
+    now, now_cpu = time.perf_counter(), time.process_time()
     times.append(now - prev)
-    prev = now
+    cpu_times.append(now_cpu - prev_cpu)
+    prev, prev_cpu = now, now_cpu
 with open(args.out, "w") as f:
-    json.dump(times, f)
+    json.dump({"wall": times, "cpu": cpu_times}, f)
 '''
 
 MICRO = r'''
@@ -146,16 +149,17 @@ def train_run(python, script, tmp, config, steps, traced, tag):
     run_python(python, [script, "--layers", str(config["layers"]), "--steps", str(steps),
                         "--workers", str(config["workers"]), "--out", out], traced, run_dir)
     with open(out) as f:
-        times = json.load(f)[WARMUP_STEPS:]
-    return statistics.median(times), statistics.fmean(times)
+        times = json.load(f)
+    wall, cpu = times["wall"][WARMUP_STEPS:], times["cpu"][WARMUP_STEPS:]
+    return statistics.median(wall), statistics.fmean(wall), statistics.fmean(cpu)
 
 
 def calibrate(python, script, tmp, target_s, workers):
     """Depth for a step of about target_s: median step time at 2 and 8 layers, a line through them."""
     points = []
     for layers in (2, 8):
-        med, _ = train_run(python, script, tmp, {"layers": layers, "workers": workers}, 80, False,
-                           f"calib-{workers}-{layers}")
+        med, _, _ = train_run(python, script, tmp, {"layers": layers, "workers": workers}, 80, False,
+                              f"calib-{workers}-{layers}")
         points.append((layers, med))
     (l0, t0), (l1, t1) = points
     per_layer = max((t1 - t0) / (l1 - l0), 1e-6)
@@ -200,25 +204,29 @@ def main():
     for label, target, workers, steps in configs:
         layers = calibrate(args.python, script, tmp, target, workers)
         config = {"layers": layers, "workers": workers}
-        plain_med, traced_med, plain_mean, traced_mean = [], [], [], []
+        runs = {False: [], True: []}  # (median wall, mean wall, mean CPU) per run
         for r in range(args.rounds):
             for traced in (False, True):
-                med, mean = train_run(args.python, script, tmp, config, steps, traced,
-                                      f"{label[:6].strip()}-{workers}-{r}-{int(traced)}")
-                (traced_med if traced else plain_med).append(med)
-                (traced_mean if traced else plain_mean).append(mean)
-        rows.append((label, layers, steps, plain_med, traced_med, plain_mean, traced_mean))
+                runs[traced].append(train_run(args.python, script, tmp, config, steps, traced,
+                                              f"{label[:6].strip()}-{workers}-{r}-{int(traced)}"))
+        rows.append((label, layers, steps, runs[False], runs[True]))
         print(f"  done: {label} ({layers} layers)", file=sys.stderr, flush=True)
 
     print()
-    print("| step | layers | steps/run | plain median | traced median | overhead (median step) "
-          "| overhead (mean step) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for label, layers, steps, pm, tm, pmean, tmean in rows:
-        med_over = [pct(t, p) for t, p in zip(tm, pm)]
-        mean_over = [pct(t, p) for t, p in zip(tmean, pmean)]
-        print(f"| {label} | {layers} | {steps} | {statistics.median(pm) * 1e3:.3f} ms "
-              f"| {statistics.median(tm) * 1e3:.3f} ms | {spread(med_over)} | {spread(mean_over)} |")
+    print("Overhead = traced / plain - 1 per A B round: median over rounds (min..max). Noise: how far")
+    print("the plain runs' median step times lie from their median (min..max), i.e. A vs A.")
+    print()
+    print("| step | layers | steps/run | plain median step | traced median step | overhead, median step "
+          "| overhead, mean step | overhead, CPU per step | noise (plain vs plain) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for label, layers, steps, plain, traced in rows:
+        over = [[pct(t[i], p[i]) for t, p in zip(traced, plain)] for i in range(3)]
+        pm = statistics.median(p[0] for p in plain)
+        noise = [pct(p[0], pm) for p in plain]
+        print(f"| {label} | {layers} | {steps} | {pm * 1e3:.3f} ms "
+              f"| {statistics.median(t[0] for t in traced) * 1e3:.3f} ms | {spread(over[0])} "
+              f"| {spread(over[1])} | {spread(over[2])} "
+              f"| {min(noise):+.2f}..{max(noise):+.2f}% |")
 
     # The hooks themselves, per call.
     n = 5000 if args.quick else 20000
