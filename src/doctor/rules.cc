@@ -816,7 +816,12 @@ nlohmann::json FindingJson(const Finding& x) {
     evidence.push_back({{"key", e.key}, {"value", e.value}, {"unit", e.unit}, {"text", e.text}});
   }
   nlohmann::json fix_value = nullptr;
-  if (x.fix_value) fix_value = {{x.fix_value->first, x.fix_value->second}};
+  if (x.fix_value) {
+    // Counts (threads, num_workers, batch_size) read as integers: 2, not 2.0.
+    const double v = x.fix_value->second;
+    const bool whole = std::isfinite(v) && std::floor(v) == v && std::fabs(v) < 1e15;
+    fix_value = {{x.fix_value->first, whole ? nlohmann::json(int64_t(v)) : nlohmann::json(v)}};
+  }
   return {{"cause", x.cause},
           {"title", x.title},
           {"time_lost_s", x.time_lost_s},

@@ -505,6 +505,8 @@ TEST(RulesTest, InlineDataLoaderLoadingNamesNumWorkers) {
   EXPECT_NE(x.fix.find("num_workers="), std::string::npos) << x.fix;
   EXPECT_NE(x.fix.find("main.py:120"), std::string::npos) << x.fix;
   EXPECT_NE(x.fix.find("the command passes -j 0, so -j "), std::string::npos) << x.fix;
+  const nlohmann::json j = AnalysisJson(run, a)["findings"][0]["fix_value"]["num_workers"];
+  EXPECT_TRUE(j.is_number_integer()) << j;  // a count reads 2, not 2.0
 }
 
 TEST(RulesTest, WorkersFlagFindsTheArgumentThatSetTheValue) {

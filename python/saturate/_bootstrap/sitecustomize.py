@@ -12,12 +12,16 @@ import sys as _sys
 
 
 def _saturate_chain_sitecustomize():
-    """Runs the sitecustomize module this one hides, as Python would have."""
+    """Runs the sitecustomize module this one hides, as Python would have.
+    Other copies of this bootstrap on the path (nested saturate commands) are
+    skipped, so the user's own runs once and the chain cannot loop."""
     import importlib.machinery
     import importlib.util
 
-    here = _os.path.dirname(_os.path.abspath(__file__))
-    path = [p for p in _sys.path if _os.path.abspath(p or _os.curdir) != here]
+    def is_bootstrap(entry):
+        return _os.path.exists(_os.path.join(entry or _os.curdir, "saturate_autotrace.py"))
+
+    path = [p for p in _sys.path if not is_bootstrap(p)]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
     if spec is None or spec.loader is None:
         return
