@@ -20,7 +20,6 @@ sites and directions, not exact numbers.
 import glob
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
