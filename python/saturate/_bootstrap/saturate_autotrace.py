@@ -16,7 +16,7 @@ the spans format of docs/trace.md (what each event means: docs/auto.md):
     backward     torch.autograd.backward
     optimizer    the update itself
     copy         Tensor.to/.cuda host -> device: bytes, pinned, non_blocking
-    host_sync    .item() .tolist() .cpu() .to("cpu") torch.cuda.synchronize: counted
+    host_sync    .item() .tolist() .cpu() bool() .to("cpu") torch.cuda.synchronize: counted
                  and timed per call site (file:line); spans for long ones
     checkpoint   torch.save, torch.distributed.checkpoint saves
     collectives  torch.distributed.all_reduce, broadcast, barrier, ...: bytes, time
@@ -83,6 +83,7 @@ class _Writer:
         os.makedirs(self.run_dir, exist_ok=True)
         path = os.path.join(self.run_dir, "spans-%d-auto.jsonl" % self.pid)
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self.info["argv"] = list(getattr(sys, "argv", []))  # complete by now (python -m)
         meta = {"ph": "M", "pid": self.pid, "comm": _comm(), "clock": "CLOCK_MONOTONIC",
                 "ts_ns": _now(), "unix_ns": time.time_ns(), "source": "auto", "auto": self.info}
         os.write(self.fd, (json.dumps(meta, separators=(",", ":")) + "\n").encode())
@@ -484,8 +485,10 @@ def _record_sync(op, device, t0, t1):
     if getattr(_state, "fetch", 0) and device == "cpu":
         return  # a transform's CPU math while loading a batch (RNG draws): not a sync
     site, via = _caller()
-    if via:  # torch's own code asked (e.g. the DataLoader's seed): name the function
-        op = "%s via %s" % (op, via)
+    if via:
+        if device == "cpu":
+            return  # torch's own CPU bookkeeping (the DataLoader's seed, Adam's step count)
+        op = "%s via %s" % (op, via)  # e.g. clip_grad_norm_ checking for inf: name the function
     key = (site, op, device)
     s = _syncs.get(key)
     if s is None:
@@ -533,8 +536,12 @@ def _hook_syncs(torch):
     Tensor = torch.Tensor
     for name in ("item", "tolist", "cpu"):
         _wrap_sync(Tensor, name, "." + name + "()", _tensor_device)
+    # `if loss > x:` reads a value back just as .item() does. float(loss) and
+    # int(t) are left alone: torch 2 warns when they convert a tensor that
+    # requires grad, and a wrapper would move that warning's file:line to here.
+    _wrap_sync(Tensor, "__bool__", "bool()", _tensor_device)
     _wrap_sync(torch.cuda, "synchronize", "torch.cuda.synchronize()", lambda args: "cuda")
-    return ".item .tolist .cpu torch.cuda.synchronize"
+    return ".item .tolist .cpu bool() torch.cuda.synchronize"
 
 
 @_safe
@@ -762,7 +769,6 @@ def install(run_dir):
     if _w is not None:
         return
     _info["python"] = sys.version.split()[0]
-    _info["argv"] = list(sys.argv) if hasattr(sys, "argv") else []
     ranks = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_PROCID",
                                         "SLURM_LOCALID", "SLURM_NTASKS") if k in os.environ}
     if ranks:
