@@ -180,6 +180,12 @@ struct Features {
   // "-j" for `-j 0`, "--workers=" for `--workers=0`.
   std::optional<std::string> loader_workers_flag;
   std::optional<bool> loader_pin_memory;
+  std::optional<bool> loader_persistent_workers;
+  // Data wait for the first batch of each pass over the DataLoader (within
+  // the training window), and how many passes: with workers that are not
+  // persistent, each pass starts them again.
+  std::optional<double> loader_first_batch_wait_s;
+  int64_t loader_passes = 0;
   std::vector<SiteStat> host_syncs;         // the training process's, by time
   std::vector<SiteStat> checkpoint_sites;   // blocking saves on the training thread
   std::vector<SiteStat> copy_sites;         // host-to-device copies on the training thread

@@ -640,13 +640,23 @@ void GpuFeatures(const Run& run, const Training& t, Features* f) {
 // of its fetches (in the training process when num_workers=0, else in the
 // workers).
 void TorchLoaderFeatures(const Run& run, const Training& t, Features* f) {
-  std::map<int64_t, int64_t> wait_ns;  // loader_id -> data_wait on the training thread
+  std::map<int64_t, int64_t> wait_ns;   // loader_id -> data_wait on the training thread
+  std::map<int64_t, int64_t> first_ns;  // ... of which for a pass's first batch, in the window
+  std::map<int64_t, int64_t> passes;
   int64_t load_ns = 0, samples = 0, window_load_ns = 0;
   for (const Span& s : run.spans) {
     if (!s.auto_source) continue;
     if (s.name == "data_wait" && t.tid && s.pid == *t.pid && s.tid == *t.tid) {
       auto id = s.args.find("loader_id");
-      wait_ns[id == s.args.end() ? -1 : id->second] += s.dur_ns;
+      const int64_t loader_id = id == s.args.end() ? -1 : id->second;
+      wait_ns[loader_id] += s.dur_ns;
+      const int64_t in_window_ns =
+          Overlap(s.start_ns, s.start_ns + s.dur_ns, t.window.start_ns, t.window.end_ns);
+      if (auto batch = s.args.find("batch");
+          batch != s.args.end() && batch->second == 1 && in_window_ns > 0) {
+        first_ns[loader_id] += in_window_ns;
+        ++passes[loader_id];
+      }
     } else if (s.name == "load_batch") {
       auto n = s.args.find("samples");
       load_ns += s.dur_ns;
@@ -681,6 +691,11 @@ void TorchLoaderFeatures(const Run& run, const Training& t, Features* f) {
   f->loader_threads = get("num_workers");
   if (f->loader_threads.value_or(0) > 0) f->loader_prefetch = get("prefetch_factor");
   if (std::optional<int64_t> pin = get("pin_memory")) f->loader_pin_memory = *pin != 0;
+  if (std::optional<int64_t> keep = get("persistent_workers")) {
+    f->loader_persistent_workers = *keep != 0;
+  }
+  f->loader_first_batch_wait_s = Seconds(first_ns[loader->loader_id]);
+  f->loader_passes = passes[loader->loader_id];
   if (samples > 0) f->loader_cpu_ns_per_sample = double(load_ns) / double(samples);
   const int64_t window_ns = t.window.end_ns - t.window.start_ns;
   if (window_ns > 0 && window_load_ns > 0) {
@@ -941,6 +956,9 @@ nlohmann::json Features::ToJson() const {
   j["loader_kind"] = loader_kind;
   j["loader_site"] = loader_site;
   Put(j, "loader_pin_memory", loader_pin_memory);
+  Put(j, "loader_persistent_workers", loader_persistent_workers);
+  Put(j, "loader_first_batch_wait_s", loader_first_batch_wait_s);
+  j["loader_passes"] = loader_passes;
   j["host_syncs"] = SitesJson(host_syncs);
   j["checkpoint_sites"] = SitesJson(checkpoint_sites);
   j["copy_sites"] = SitesJson(copy_sites);

@@ -16,6 +16,7 @@ namespace {
 
 constexpr double kDataWaitPct = 10;       // data wait share of step time that is a problem
 constexpr double kInlineDataWaitPct = 3;  // the same, when the loading runs inline
+constexpr double kRestartShare = 0.5;     // of the wait at passes' first batches: worker restarts
 constexpr double kCpuSaturatedPct = 85;   // host CPU busy: the loader cannot get more
 constexpr double kLoaderBusyShare = 0.8;  // loader CPU / its threads: threads are busy
 constexpr double kIowaitPct = 10;         // iowait: the CPUs wait for storage
@@ -233,6 +234,33 @@ std::string NowText(const Features& f, long long now, double want) {
   return text + ")";
 }
 
+// DataLoader workers that are not persistent start again at every pass over
+// the data, and the first batch waits for them: when most of the wait is
+// there, more workers or prefetch would not help; keeping them would.
+std::optional<Finding> WorkerRestarts(const Features& f, Finding x) {
+  if (f.loader_kind != "torch" || f.loader_threads.value_or(0) == 0 ||
+      f.loader_persistent_workers != false || f.loader_passes < 2 || !f.data_wait_s ||
+      f.loader_first_batch_wait_s.value_or(0) < kRestartShare * *f.data_wait_s) {
+    return std::nullopt;
+  }
+  const double first_s = *f.loader_first_batch_wait_s;
+  Add(x, "first_batch_wait_s", first_s, "s",
+      Fmt("data wait for the first batch of the %lld passes over the DataLoader",
+          (long long)f.loader_passes));
+  x.fix =
+      Fmt("Set DataLoader(persistent_workers=True)%s: %.0f%% of the wait (%.2f s) is for the "
+          "first batch of each of %lld passes, while %lld worker process%s start again; "
+          "the other batches wait %.0f ms each on average.",
+          f.loader_site.empty() ? "" : (" at " + f.loader_site).c_str(),
+          100 * first_s / *f.data_wait_s, first_s, (long long)f.loader_passes,
+          (long long)*f.loader_threads, *f.loader_threads == 1 ? "" : "es",
+          f.steps > f.loader_passes
+              ? 1e3 * (*f.data_wait_s - first_s) / double(f.steps - f.loader_passes)
+              : 0.0);
+  x.fix_value = {{"persistent_workers", 1}};
+  return x;
+}
+
 // ---- The rules -------------------------------------------------------------------
 
 std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOptions&) {
@@ -260,6 +288,7 @@ std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOption
 
   std::string fix;
   const Knobs knobs = KnobsOf(f);
+  if (std::optional<Finding> restarts = WorkerRestarts(f, x)) return restarts;
   if (std::optional<ThreadPlan> plan = PlanLoaderThreads(f)) {
     Add(x, "target_samples_per_s", plan->target_per_s, "samples/s",
         "batch_size / compute time per step: what keeps the device fed");

@@ -509,6 +509,42 @@ TEST(RulesTest, InlineDataLoaderLoadingNamesNumWorkers) {
   EXPECT_TRUE(j.is_number_integer()) << j;  // a count reads 2, not 2.0
 }
 
+// Workers that are not persistent start again at each pass: when most of the
+// wait is for a pass's first batch, keeping them is the fix, not more of them.
+TEST(RulesTest, WaitsAtEachPassStartAskForPersistentWorkers) {
+  RunBuilder b;
+  b.Cpus(2);
+  for (int pass = 0; pass < 6; ++pass) {
+    for (int i = 1; i <= 8; ++i) {
+      b.Steps(1, {{"data_wait", i == 1 ? 0.3 : 0.002, SpanKind::kLoader}, {"forward", 0.05}});
+    }
+  }
+  doctor::Run run = b.Build();
+  int batch = 0;
+  for (Span& s : run.spans) {
+    s.auto_source = true;
+    if (s.name == "data_wait") s.args = {{"loader_id", 0}, {"batch", batch++ % 8 + 1}};
+  }
+  run.dataloaders.push_back(
+      {RunBuilder::kPid,
+       0,
+       {{"num_workers", 2}, {"batch_size", 32}, {"persistent_workers", 0}, {"prefetch_factor", 2}},
+       "main.py:84",
+       "ImageFolder"});
+  Analysis a = Analyze(run);
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& x = a.findings.front();
+  EXPECT_EQ(x.cause, "input_pipeline") << Describe(a.findings);
+  EXPECT_EQ(FixValue(x, "persistent_workers"), 1);
+  EXPECT_EQ(a.features.loader_passes, 5);  // the first pass's first batch opens the window
+  EXPECT_NE(x.fix.find("persistent_workers=True) at main.py:84"), std::string::npos) << x.fix;
+
+  run.dataloaders[0].values["persistent_workers"] = 1;  // already kept: the usual plan
+  a = Analyze(run);
+  ASSERT_FALSE(a.findings.empty());
+  EXPECT_EQ(a.findings.front().fix.find("persistent_workers"), std::string::npos);
+}
+
 TEST(RulesTest, WorkersFlagFindsTheArgumentThatSetTheValue) {
   EXPECT_EQ(WorkersFlag({"python", "main.py", "-j", "0"}, 0), "-j");
   EXPECT_EQ(WorkersFlag({"python", "main.py", "-j0"}, 0), "-j");
