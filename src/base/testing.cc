@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "base/file.h"
+
 namespace saturate::testing {
 
 TempDir::TempDir() {
@@ -26,6 +28,12 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
+}
+
+std::string ReadFileOrFail(const std::string& path) {
+  Result<std::string> text = ReadFileToString(path);
+  EXPECT_TRUE(text.ok()) << text.status().ToString();
+  return text.ok() ? *text : std::string();
 }
 
 ::testing::AssertionResult HasError(const Status& s, StatusCode code,

@@ -27,6 +27,9 @@ class TempDir {
   std::string path_;
 };
 
+// The bytes of the file at `path`; a test failure, and "", when it cannot be read.
+std::string ReadFileOrFail(const std::string& path);
+
 // Passes when `s` has `code` and its message contains every part.
 ::testing::AssertionResult HasError(const Status& s, StatusCode code,
                                     std::initializer_list<std::string_view> parts);

@@ -754,11 +754,14 @@ std::vector<SiteStat> SpanSites(const Run& run, const Training& t, std::string_v
   std::map<std::pair<std::string, std::string>, SiteStat> sites;
   for (const Span& s : run.spans) {
     if (!s.auto_source || s.name != name || !t.tid || s.pid != *t.pid || s.tid != *t.tid) continue;
-    auto site = s.labels.find("site"), op = s.labels.find("op");
-    SiteStat& x = sites[{site == s.labels.end() ? "?" : site->second,
-                         op == s.labels.end() ? std::string(name) : op->second}];
-    x.site = site == s.labels.end() ? "?" : site->second;
-    x.op = op == s.labels.end() ? std::string(name) : op->second;
+    auto label = [&](const char* key, std::string_view absent) {
+      auto it = s.labels.find(key);
+      return it == s.labels.end() ? std::string(absent) : it->second;
+    };
+    const std::string site = label("site", "?"), op = label("op", name);
+    SiteStat& x = sites[{site, op}];
+    x.site = site;
+    x.op = op;
     ++x.count;
     x.total_s += Seconds(s.dur_ns);
   }

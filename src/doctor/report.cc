@@ -403,6 +403,16 @@ std::string PhaseColor(const std::string& name, size_t i) {
   return kBlues[i % std::size(kBlues)];
 }
 
+// A bar across row `row` (rows `row_height` tall) from x0 to x1 in data
+// units, at least `min_width` wide, with `tooltip` (escaped here).
+std::string RowBar(const Frame& f, double row, double row_height, double x0, double x1,
+                   double min_width, const std::string& color, const std::string& tooltip) {
+  return "<rect x=\"" + Num(f.X(x0)) + "\" y=\"" + Num(f.Y(row) - row_height * 0.32) +
+         "\" width=\"" + Num(std::max(f.X(x1) - f.X(x0), min_width)) + "\" height=\"" +
+         Num(row_height * 0.64) + "\" fill=\"" + color + "\"><title>" + HtmlEscape(tooltip) +
+         "</title></rect>";
+}
+
 std::string PhaseChart(const Features& features) {
   const std::string caption = "Where step time goes (step-phase breakdown)";
   if (features.phases.empty()) {
@@ -426,11 +436,8 @@ std::string PhaseChart(const Features& features) {
     const double row = f.y_max - double(i) - 0.5;
     names.push_back({row, Truncate(p.name, 22)});
     const double pct = std::clamp(p.pct_of_steps, 0.0, 100.0);
-    const double y = f.Y(row) - kRow * 0.32;
-    bars += "<rect x=\"" + Num(f.X(0)) + "\" y=\"" + Num(y) + "\" width=\"" +
-            Num(std::max(f.X(pct) - f.X(0), 1.0)) + "\" height=\"" + Num(kRow * 0.64) +
-            "\" fill=\"" + PhaseColor(p.name, i) + "\"><title>" + HtmlEscape(p.name) + ": " +
-            Percent(p.pct_of_steps) + ", " + Seconds(p.total_s) + "</title></rect>";
+    bars += RowBar(f, row, kRow, 0, pct, 1.0, PhaseColor(p.name, i),
+                   p.name + ": " + Percent(p.pct_of_steps) + ", " + Seconds(p.total_s));
     bars += SvgText(f.X(pct) + 6, f.Y(row) + 4, "start",
                     Percent(p.pct_of_steps) + " · " + Seconds(p.total_s), "value");
   }
@@ -472,12 +479,9 @@ std::string WaterfallChart(const Features& features) {
     const StepWaterfall& w = features.waterfall[i];
     const double row = f.y_max - double(i) - 0.5;
     rows.push_back({row, "step " + std::to_string(w.step)});
-    const double y = f.Y(row) - kRow * 0.32;
     for (const auto& [name, offset_s, dur_s] : w.segments) {
-      bars += "<rect x=\"" + Num(f.X(offset_s * scale)) + "\" y=\"" + Num(y) + "\" width=\"" +
-              Num(std::max(f.X((offset_s + dur_s) * scale) - f.X(offset_s * scale), 0.5)) +
-              "\" height=\"" + Num(kRow * 0.64) + "\" fill=\"" + color_of(name) + "\"><title>" +
-              HtmlEscape(name) + ": " + Seconds(dur_s) + "</title></rect>";
+      bars += RowBar(f, row, kRow, offset_s * scale, (offset_s + dur_s) * scale, 0.5,
+                     color_of(name), name + ": " + Seconds(dur_s));
     }
   }
   std::vector<Series> legend;

@@ -5,27 +5,19 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "base/testing.h"
 
 namespace saturate::job {
 namespace {
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 TEST(BootstrapTest, EmbedsBothFilesAsTheyAreInTheSourceTree) {
   ASSERT_EQ(BootstrapFiles().size(), 2u);
   EXPECT_EQ(BootstrapFiles()[0].name, "sitecustomize.py");
   EXPECT_EQ(BootstrapFiles()[1].name, "saturate_autotrace.py");
   for (const BootstrapFile& f : BootstrapFiles()) {
-    EXPECT_EQ(f.content,
-              ReadAll(std::string(SATURATE_BOOTSTRAP_SOURCE_DIR) + "/" + std::string(f.name)))
+    EXPECT_EQ(f.content, testing::ReadFileOrFail(std::string(SATURATE_BOOTSTRAP_SOURCE_DIR) + "/" +
+                                                 std::string(f.name)))
         << f.name << " is stale: the build did not regenerate bootstrap_files.cc";
   }
 }
@@ -59,7 +51,7 @@ TEST(BootstrapTest, WritesTheFilesAndReturnsAnAbsolutePath) {
   EXPECT_EQ((*env)[0], (std::pair<std::string, std::string>{"PYTHONPATH", abs + ":/opt/mine"}));
   EXPECT_EQ((*env)[1], (std::pair<std::string, std::string>{"SATURATE_AUTO", "1"}));
   for (const BootstrapFile& f : BootstrapFiles()) {
-    EXPECT_EQ(ReadAll(abs + "/" + std::string(f.name)), f.content) << f.name;
+    EXPECT_EQ(testing::ReadFileOrFail(abs + "/" + std::string(f.name)), f.content) << f.name;
   }
   // Again into the same folder (tune's trials share one): replaced, no error.
   SATURATE_ASSERT_OK(WriteBootstrap(abs).status());

@@ -4,9 +4,7 @@
 #include <signal.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "base/testing.h"
 #include "saturate/watch/watcher.h"
@@ -14,15 +12,8 @@
 namespace saturate::job {
 namespace {
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 nlohmann::json Meta(const std::string& run_dir) {
-  return nlohmann::json::parse(ReadAll(run_dir + "/meta.json"));
+  return nlohmann::json::parse(testing::ReadFileOrFail(run_dir + "/meta.json"));
 }
 
 JobOptions Options(const std::string& run_dir, std::vector<std::string> argv) {
@@ -45,7 +36,7 @@ TEST(RunnerTest, TheCommandSeesRunDirBootstrapAndExtraEnv) {
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.ended_by, "exit");
   EXPECT_FALSE(r.cancelled);
-  const std::string env = ReadAll(run + "/env");
+  const std::string env = testing::ReadFileOrFail(run + "/env");
   // SATURATE_RUN_DIR, SATURATE_AUTO, then PYTHONPATH starting with the bootstrap.
   EXPECT_EQ(env.rfind(run + "|1|" + run + "/.auto", 0), 0u) << env;
   EXPECT_NE(env.find("|4\n"), std::string::npos) << env;
@@ -64,7 +55,7 @@ TEST(RunnerTest, AutoInstrumentationOff) {
   o.auto_instrument = false;
   SATURATE_ASSERT_OK_AND_ASSIGN(JobResult r, RunJob(o));
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_EQ(ReadAll(run + "/env"), "0\n");
+  EXPECT_EQ(testing::ReadFileOrFail(run + "/env"), "0\n");
   EXPECT_FALSE(std::filesystem::exists(run + "/.auto"));
   EXPECT_EQ(Meta(run)["auto_instrument"], false);
 }
@@ -76,7 +67,7 @@ TEST(RunnerTest, ASharedBootstrapFolder) {
   o.bootstrap_dir = dir.Join(".auto");
   SATURATE_ASSERT_OK_AND_ASSIGN(JobResult r, RunJob(o));
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_EQ(ReadAll(dir.Join("trial-001/env")).rfind(dir.Join(".auto"), 0), 0u);
+  EXPECT_EQ(testing::ReadFileOrFail(dir.Join("trial-001/env")).rfind(dir.Join(".auto"), 0), 0u);
   EXPECT_TRUE(std::filesystem::exists(dir.Join(".auto/sitecustomize.py")));
   EXPECT_FALSE(std::filesystem::exists(dir.Join("trial-001/.auto")));
 }
@@ -156,7 +147,7 @@ TEST(RunnerTest, CapturedOutput) {
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_EQ(r.output_tail, (std::vector<std::string>{"line 4", "line 5", "oops"}));
   EXPECT_EQ(seen, "line 1\nline 2\nline 3\nline 4\nline 5\noops\n");
-  EXPECT_EQ(ReadAll(dir.Join("run/output.log")), seen);
+  EXPECT_EQ(testing::ReadFileOrFail(dir.Join("run/output.log")), seen);
 }
 
 TEST(RunnerTest, WithoutACommandTheTimeBudgetEndsTheWatch) {
