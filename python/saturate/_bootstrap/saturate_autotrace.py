@@ -159,11 +159,13 @@ def _kind_of(filename):
     return _TORCH if any(filename.startswith(p) for p in _internal_prefixes[1:]) else _USER
 
 
-def _caller():
-    """(site, via) of the call being recorded: the first frame outside this
-    module and torch as a JSON string "file:line", and the torch function
-    the call went through ("" when the user's code called directly)."""
-    frame = sys._getframe(1)
+def _caller(frame=None):
+    """(site, via) of the call being recorded: the first frame, from `frame`
+    (default: the caller's) outwards, outside this module and torch, as a
+    JSON string "file:line", and the torch function the call went through
+    ("" when the user's code called directly)."""
+    if frame is None:
+        frame = sys._getframe(1)
     via = ""
     while frame is not None:
         code = frame.f_code
@@ -480,27 +482,32 @@ def _hook_fetch(torch):
 _syncs = {}  # (site, op, device) -> [count, total_ns, max_ns, written count]
 
 
-@_safe
-def _record_sync(op, device, t0, t1):
-    if getattr(_state, "fetch", 0) and device == "cpu":
-        return  # a transform's CPU math while loading a batch (RNG draws): not a sync
-    site, via = _caller()
-    if via:
-        if device == "cpu":
-            return  # torch's own CPU bookkeeping (the DataLoader's seed, Adam's step count)
-        op = "%s via %s" % (op, via)  # e.g. clip_grad_norm_ checking for inf: name the function
-    key = (site, op, device)
-    s = _syncs.get(key)
-    if s is None:
-        s = _syncs[key] = [0, 0, 0, 0]
-    dur = t1 - t0
-    s[0] += 1
-    s[1] += dur
-    if dur > s[2]:
-        s[2] = dur
-    if dur >= SYNC_SPAN_NS:
-        _span("host_sync", "user", t0, t1, None,
-              {"site": site, "op": _jstr(op), "device": _jstr(device)})
+def _record_sync(op, device, t0, t1, frame=None):
+    """Counts one host sync at its call site (`frame`: the caller's, when known)."""
+    try:
+        if device == "cpu" and getattr(_state, "fetch", 0):
+            return  # a transform's CPU math while loading a batch (RNG draws): not a sync
+        site, via = _caller(frame)
+        if via:
+            if device == "cpu":
+                return  # torch's own CPU bookkeeping (the DataLoader's seed, Adam's step count)
+            op = "%s via %s" % (op, via)  # e.g. clip_grad_norm_ checking for inf
+        key = (site, op, device)
+        s = _syncs.get(key)
+        if s is None:
+            s = _syncs[key] = [0, 0, 0, 0]
+        dur = t1 - t0
+        s[0] += 1
+        s[1] += dur
+        if dur > s[2]:
+            s[2] = dur
+        if dur >= SYNC_SPAN_NS:
+            _span("host_sync", "user", t0, t1, None,
+                  {"site": site, "op": _jstr(op), "device": _jstr(device)})
+        elif _now() - _w.last_flush_ns >= FLUSH_NS:
+            _w.flush()  # the counters are written at flushes: keep them current
+    except Exception:
+        _w.errors += 1
 
 
 def _write_sync_counters():
@@ -516,6 +523,7 @@ def _write_sync_counters():
 
 def _wrap_sync(owner, name, op, device_of):
     orig = getattr(owner, name)
+    getframe = sys._getframe
 
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
@@ -523,7 +531,7 @@ def _wrap_sync(owner, name, op, device_of):
         try:
             return orig(*args, **kwargs)
         finally:
-            _record_sync(op, device_of(args), t0, _now())
+            _record_sync(op, device_of(args), t0, _now(), getframe(1))
 
     setattr(owner, name, wrapper)
 
