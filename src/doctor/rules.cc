@@ -50,6 +50,11 @@ std::string Fmt(const char* fmt, ...) {
   return buf;
 }
 
+// "1.2 ms", or "15 us" below a tenth of a millisecond (small records).
+std::string CpuTime(double ns) {
+  return ns >= 1e5 ? Fmt("%.1f ms", ns / 1e6) : Fmt("%.0f us", ns / 1e3);
+}
+
 Finding Make(const Features& f, std::string cause, std::string title, double lost_s,
              double confidence) {
   Finding x;
@@ -295,11 +300,11 @@ std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOption
     Add(x, "cpu_limit_samples_per_s", plan->fit_per_s, "samples/s",
         "what the free cores sustain: loader plus training CPU per sample");
     const long long threads = f.loader_threads.value_or(0);
-    const double ms_per_sample = *f.loader_cpu_ns_per_sample / 1e6;
+    const std::string per_sample = CpuTime(*f.loader_cpu_ns_per_sample);
     if (plan->threads > double(threads)) {
       fix = Fmt("Set %s=%.0f", knobs.threads.c_str(), plan->threads) +
             NowText(f, threads, plan->threads) +
-            Fmt(": %.0f samples/s x %.1f ms of CPU per sample.", plan->feed_per_s, ms_per_sample);
+            Fmt(": %.0f samples/s x %s of CPU per sample.", plan->feed_per_s, per_sample.c_str());
       if (plan->fit_per_s < plan->target_per_s) {
         fix +=
             Fmt(" That is all %.0f free cores can feed (the step could take %.0f/s); beyond it "
@@ -310,11 +315,11 @@ std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOption
       x.fix_value = {{knobs.threads_key, plan->threads}};
     } else if (plan->fit_per_s < plan->target_per_s) {
       fix =
-          Fmt("The CPUs are the limit: %.0f free cores sustain %.0f samples/s at %.1f ms of "
+          Fmt("The CPUs are the limit: %.0f free cores sustain %.0f samples/s at %s of "
               "loader CPU each, the step could take %.0f/s. Cut the per-sample CPU cost: "
               "preprocess offline (saturate pack), decode at a smaller resolution, or decode on "
               "the GPU.",
-              plan->free_cores, plan->fit_per_s, ms_per_sample, plan->target_per_s);
+              plan->free_cores, plan->fit_per_s, per_sample.c_str(), plan->target_per_s);
     } else {
       const double prefetch = std::max<double>(2, 2 * double(f.loader_prefetch.value_or(1)));
       fix = Fmt(
