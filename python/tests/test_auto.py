@@ -369,6 +369,72 @@ def test_saturate_auto_install_records_without_the_bootstrap(tmp_path):
     assert len(main["steps"]) == 7
 
 
+STAND_INS = r"""
+import sys
+sys.path.insert(0, sys.argv[2])
+import saturate_autotrace as auto
+
+class Tensor:
+    def __init__(self, cuda, pinned=False):
+        self.is_cuda, self.pinned = cuda, pinned
+    def nelement(self): return 1024
+    def element_size(self): return 4
+    def is_pinned(self): return self.pinned
+
+auto.install(sys.argv[1])
+auto._record_to(Tensor(False), Tensor(True), (), {}, 0, 4000)                       # COPY_LINE
+auto._record_to(Tensor(False, True), Tensor(True), (), {"non_blocking": True}, 0, 10)
+auto._record_to(Tensor(True), Tensor(False), (), {}, 0, 50000)                      # D2H_LINE
+auto._record_sync(".item()", "cuda", 0, 30000)                                      # SYNC_LINE
+"""
+
+
+def test_gpu_branches_with_tensor_stand_ins(tmp_path):
+    """No GPU here: objects with is_cuda/is_pinned stand in for tensors, to drive
+    the recorder's GPU branches: a host-to-device copy (pageable and pinned), a
+    blocking device-to-host read and a sync on a GPU tensor. The real thing is
+    test_doctor_on_a_gpu_names_pageable_copies_and_syncs (pytest -m gpu)."""
+    code = tmp_path / "stand_ins.py"
+    code.write_text(STAND_INS)
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, str(code), str(run), BOOTSTRAP], env=clean_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = STAND_INS.splitlines()
+    line_of = lambda marker: next(i for i, t in enumerate(lines, 1) if marker in t)  # noqa: E731
+    events = [json.loads(l) for f in glob.glob(str(run / "spans-*-auto.jsonl")) for l in open(f)]
+    copies = [e for e in events if e.get("name") == "copy"]
+    assert [(c["args"]["bytes"], c["args"]["pinned"], c["args"]["non_blocking"]) for c in copies] \
+        == [(4096, 0, 0), (4096, 1, 1)]
+    assert copies[0]["labels"]["site"].endswith(":%d" % line_of("COPY_LINE"))
+    syncs = {(e["labels"]["op"], e["labels"]["site"].split(":")[-1]): e["args"]
+             for e in events if e.get("name") == "host_sync" and e["ph"] == "C"}
+    assert syncs[(".to(cpu)", str(line_of("D2H_LINE")))]["count"] == 1
+    assert syncs[(".item()", str(line_of("SYNC_LINE")))]["total_ns"] == 30000
+    assert all(e["labels"]["device"] == "cuda" for e in events if e.get("name") == "host_sync")
+
+
+@pytest.mark.gpu
+def test_doctor_on_a_gpu_names_pageable_copies_and_syncs(tmp_path):
+    """On a GPU (bench/gpu/run.sh runs pytest -m gpu): pageable blocking copies
+    and a per-step .item() are recorded as such, with their lines."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    report, stdout = doctor(tmp_path / "run", [sys.executable, script("gpu_copies.py")])
+    features = check_shape(report)
+    assert features["copy_pageable_pct"] == 100, features
+    assert features["copy_blocking_pct"] == 100, features
+    copy_line = marker_line("gpu_copies.py", "# COPY:")
+    assert any(s["site"].endswith("gpu_copies.py:%d" % copy_line) for s in features["copy_sites"])
+    sync_line = marker_line("gpu_copies.py", "# SYNC:")
+    syncs = [s for s in features["host_syncs"] if s["device"] == "cuda"
+             and s["site"].endswith("gpu_copies.py:%d" % sync_line)]
+    assert syncs and syncs[0]["per_step"] >= 0.9, features["host_syncs"]
+    found = findings_of(report, "host_sync")
+    assert found and not found[0]["info"], stdout
+
+
 def test_torchrun_ranks_record_steps_and_collectives(tmp_path):
     python = torch2_python()
     run = tmp_path / "run"

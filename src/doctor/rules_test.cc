@@ -589,6 +589,35 @@ TEST(RulesTest, HostSyncsNameTheirCallSites) {
   EXPECT_EQ(Find(Analyze(cpu).findings, "host_sync"), nullptr);
 }
 
+// Host-to-device copies from pageable memory, without non_blocking, 20% of
+// each step on a GPU: the fix names pin_memory at the DataLoader and
+// non_blocking at the copy's call site.
+TEST(RulesTest, PageableBlockingCopiesNamePinMemoryAndTheCallSite) {
+  RunBuilder b;
+  b.Gpus(1).Steps(50, {{"data_wait", 0.001, SpanKind::kLoader}, {"copy", 0.02}, {"forward", 0.08}});
+  doctor::Run run = b.Build();
+  for (Span& s : run.spans) {
+    s.auto_source = true;
+    if (s.name == "data_wait") s.args = {{"loader_id", 0}, {"batch", 2}};
+    if (s.name != "copy") continue;
+    s.args = {{"bytes", 64 << 20}, {"pinned", 0}, {"non_blocking", 0}};
+    s.labels = {{"site", "train.py:77"}};
+  }
+  run.dataloaders.push_back({RunBuilder::kPid, 0,
+                             {{"num_workers", 4}, {"batch_size", 256}, {"pin_memory", 0}},
+                             "train.py:40", "ImageFolder"});
+  Analysis a = Analyze(run);
+  const Finding* x = Find(a.findings, "host_to_device_copy");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  EXPECT_DOUBLE_EQ(*a.features.copy_pageable_pct, 100);
+  EXPECT_DOUBLE_EQ(*a.features.copy_blocking_pct, 100);
+  EXPECT_NE(x->fix.find("set DataLoader(pin_memory=True) at train.py:40"), std::string::npos)
+      << x->fix;
+  EXPECT_NE(x->fix.find("Pass non_blocking=True at train.py:77"), std::string::npos) << x->fix;
+  ASSERT_FALSE(x->sites.empty());
+  EXPECT_EQ(x->sites[0].count, 50);  // over the whole run, as the step marks
+}
+
 // torch.save on the training thread: the checkpoint finding names the call.
 TEST(RulesTest, BlockingTorchSaveNamesItsCallSite) {
   RunBuilder b;
