@@ -1,6 +1,7 @@
 #include "doctor/run.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -283,6 +284,23 @@ std::vector<std::string> SpanFiles(const std::string& dir) {
   return files;
 }
 
+// Without meta.json the spans' clock has no origin: the run starts at its
+// first event (times were read with start_monotonic_ns = 0).
+void StartAtFirstEvent(Run* run) {
+  int64_t first = INT64_MAX;
+  for (const Span& s : run->spans) first = std::min(first, s.start_ns);
+  for (const auto& [pid, marks] : run->step_marks_ns) {
+    if (!marks.empty()) first = std::min(first, *std::min_element(marks.begin(), marks.end()));
+  }
+  if (first == INT64_MAX) return;
+  run->meta.start_monotonic_ns = first;
+  for (Span& s : run->spans) s.start_ns -= first;
+  for (auto& [pid, marks] : run->step_marks_ns) {
+    for (int64_t& t : marks) t -= first;
+  }
+  for (LoaderCounters& l : run->loaders) l.t_ns -= first;
+}
+
 // The run's length when meta.json has no end (a crashed watcher): the last
 // thing recorded.
 int64_t LastEventNs(const Run& run) {
@@ -301,16 +319,29 @@ Result<Run> LoadRun(const std::string& dir) {
   Run run;
   const std::string meta_path = dir + "/meta.json";
   std::error_code ec;
-  if (!std::filesystem::exists(meta_path, ec)) {
-    return Status::NotFound(meta_path + ": no such file (not a run directory?)");
+  const bool has_meta = std::filesystem::exists(meta_path, ec);
+  if (!has_meta && SpanFiles(dir).empty()) {
+    return Status::NotFound(meta_path +
+                            ": no such file, and no spans-*.jsonl (not a run directory?)");
   }
-  SATURATE_ASSIGN_OR_RETURN(std::string meta_text, ReadFileToString(meta_path));
-  json meta = json::parse(meta_text, nullptr, /*allow_exceptions=*/false);
-  if (meta.is_discarded()) return Status::Corruption(meta_path + ": not valid JSON");
-  SATURATE_RETURN_IF_ERROR(ParseMeta(meta, dir, &run.meta));
+  if (has_meta) {
+    SATURATE_ASSIGN_OR_RETURN(std::string meta_text, ReadFileToString(meta_path));
+    json meta = json::parse(meta_text, nullptr, /*allow_exceptions=*/false);
+    if (meta.is_discarded()) return Status::Corruption(meta_path + ": not valid JSON");
+    SATURATE_RETURN_IF_ERROR(ParseMeta(meta, dir, &run.meta));
+  } else {
+    // Spans recorded without saturate watch (SATURATE_RUN_DIR set by hand,
+    // saturate.auto): no samples, and the run spans its events.
+    run.meta.dir = dir;
+    run.warnings.push_back(meta_path +
+                           ": missing (recorded without saturate watch): no metric samples; the "
+                           "run spans its events");
+  }
 
   const std::string samples_path = dir + "/samples.jsonl";
-  if (std::filesystem::exists(samples_path, ec)) {
+  if (!has_meta) {
+    // Nothing to read: said above.
+  } else if (std::filesystem::exists(samples_path, ec)) {
     auto add_sample = [&](const json& j) {
       SamplePoint s;
       Status parsed = ParseSample(j, &s);
@@ -336,6 +367,7 @@ Result<Run> LoadRun(const std::string& dir) {
     }
   }
   FinishLoading(&loading);
+  if (!has_meta) StartAtFirstEvent(&run);
 
   std::stable_sort(run.samples.begin(), run.samples.end(),
                    [](const SamplePoint& a, const SamplePoint& b) { return a.t_ns < b.t_ns; });

@@ -153,6 +153,25 @@ TEST(LoadRunTest, MissingMetaIsNotFound) {
       HasError(LoadRun(dir.path()).status(), StatusCode::kNotFound, {dir.Join("meta.json")}));
 }
 
+// Spans recorded without saturate watch (SATURATE_RUN_DIR by hand,
+// saturate.auto): the run starts at its first event and lasts to its last.
+TEST(LoadRunTest, SpansWithoutMetaAreARunOfTheirOwn) {
+  TempDir dir;
+  Write(dir.Join("spans-7-auto.jsonl"),
+        R"({"ph":"M","pid":7,"comm":"python3","source":"auto","auto":{}}
+{"ph":"X","name":"data_wait","cat":"loader","ts_ns":5000000000,"dur_ns":100,"pid":7,"tid":7}
+{"ph":"step","step":1,"ts_ns":5100000000,"pid":7,"tid":7}
+{"ph":"step","step":2,"ts_ns":5300000000,"pid":7,"tid":7}
+)");
+  SATURATE_ASSERT_OK_AND_ASSIGN(doctor::Run run, LoadRun(dir.path()));
+  EXPECT_EQ(run.meta.start_monotonic_ns, 5'000'000'000);
+  EXPECT_EQ(run.meta.duration_ns, 300'000'000);
+  EXPECT_EQ(run.spans.at(0).start_ns, 0);
+  EXPECT_EQ(run.step_marks_ns.at(7), (std::vector<int64_t>{100'000'000, 300'000'000}));
+  ASSERT_FALSE(run.warnings.empty());
+  EXPECT_NE(run.warnings[0].find("recorded without saturate watch"), std::string::npos);
+}
+
 TEST(LoadRunTest, UnreadableMetaIsCorruption) {
   TempDir dir;
   Write(dir.Join("meta.json"), "{");
