@@ -195,6 +195,10 @@ expect_rc 0 "run-instrumented a Python command"
 expect_out "$HERE/inst" "SATURATE_RUN_DIR is the absolute run directory"
 expect_out "True" "the command imported saturate_autotrace"
 check "the bootstrap is in RUN/.auto" test -s inst/.auto/sitecustomize.py
+check "run-instrumented wrote a meta.json for report" grep -q '"recorder": "saturate run-instrumented"' inst/meta.json
+sat report inst --no-html
+expect_rc 0 "report opens a run-instrumented directory"
+expect_out "no step data" "report on a job without torch says there is no step data"
 sat run-instrumented -o inst -- sh -c 'exit 7'
 expect_rc 7 "run-instrumented passes the exit status through"
 sat run-instrumented -o inst -- sh -c 'kill -TERM $$'
