@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from typing import Callable, TypeVar, Union
 
 from . import _core
@@ -51,7 +52,18 @@ def _wrap(name: str, category: str, fn: F) -> F:
 
 def step() -> int:
     """Marks the end of a training step; returns its number (1, 2, ... per process)."""
+    global _auto_told
+    if not _auto_told:
+        _auto_told = True
+        # The auto-instrumentation, when present, leaves step marks and phases
+        # to this process from now on (doctor prefers them anyway).
+        auto = sys.modules.get("saturate_autotrace")
+        if auto is not None and hasattr(auto, "explicit_steps"):
+            auto.explicit_steps()
     return _core.trace_step()
+
+
+_auto_told = False
 
 
 def start(run_dir: Union[str, os.PathLike]) -> None:

@@ -228,6 +228,14 @@ def _depth_exit(key):
 
 _steps = [0]
 _lead = [None]  # weak reference to the optimizer whose updates mark steps
+_explicit = [False]  # the job marks its own steps (saturate.step()): no phases or marks here
+
+
+def explicit_steps():
+    """Called by saturate.step(): the process marks its own steps and phases,
+    which doctor prefers, so the recorder stops recording its own (and their
+    cost). Everything else (syncs, copies, saves, data waits) goes on."""
+    _explicit[0] = True
 
 
 @_safe
@@ -238,7 +246,7 @@ def _forward_starts(t):
 @_safe
 def _emit_forward(t_backward):
     start = getattr(_state, "forward_start", None)
-    if start is not None and t_backward > start:
+    if start is not None and t_backward > start and not _explicit[0]:
         _span("forward", "user", start, t_backward)
     _state.forward_start = None
 
@@ -250,6 +258,8 @@ def _update_done(optimizer, t0, t1):
     with several optimizers)."""
     import weakref
 
+    if _explicit[0]:
+        return
     lead = _lead[0]() if _lead[0] is not None else None
     if lead is None:
         _lead[0] = weakref.ref(optimizer)
@@ -376,7 +386,8 @@ def _hook_backward(torch):
         finally:
             _depth_exit("bwd")
             t1 = _now()
-            _safe(_span)("backward", "user", t0, t1)
+            if not _explicit[0]:
+                _safe(_span)("backward", "user", t0, t1)
             _forward_starts(t1)
 
     torch.autograd.backward = wrapper
