@@ -603,9 +603,11 @@ TEST(RulesTest, PageableBlockingCopiesNamePinMemoryAndTheCallSite) {
     s.args = {{"bytes", 64 << 20}, {"pinned", 0}, {"non_blocking", 0}};
     s.labels = {{"site", "train.py:77"}};
   }
-  run.dataloaders.push_back({RunBuilder::kPid, 0,
+  run.dataloaders.push_back({RunBuilder::kPid,
+                             0,
                              {{"num_workers", 4}, {"batch_size", 256}, {"pin_memory", 0}},
-                             "train.py:40", "ImageFolder"});
+                             "train.py:40",
+                             "ImageFolder"});
   Analysis a = Analyze(run);
   const Finding* x = Find(a.findings, "host_to_device_copy");
   ASSERT_NE(x, nullptr) << Describe(a.findings);
