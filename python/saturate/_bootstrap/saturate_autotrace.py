@@ -107,7 +107,7 @@ class _Writer:
 def _spawned_worker():
     """A multiprocessing 'spawn' child (e.g. a DataLoader worker): it may
     leave without exit handlers, so it writes every event at once."""
-    return "--multiprocessing-fork" in sys.argv
+    return "--multiprocessing-fork" in getattr(sys, "argv", ())
 
 
 def _comm():

@@ -33,9 +33,10 @@ def _saturate_chain_sitecustomize():
 def _saturate_install():
     try:
         import saturate_autotrace
-    except Exception:  # a broken copy must not break the job
-        return
-    saturate_autotrace.install_from_env()
+
+        saturate_autotrace.install_from_env()
+    except Exception:  # a broken copy or an odd interpreter must not break the job
+        pass
 
 
 try:
