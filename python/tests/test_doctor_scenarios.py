@@ -21,9 +21,13 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 def doctor(run_dir, scenario_args, *doctor_args, expect_rc=0):
     """Runs `saturate doctor` on the scenario; returns (findings.json, stdout)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    # --no-auto: these scenarios are instrumented explicitly and test the rules
+    # on that record; the auto-instrumentation has its own tests (test_auto.py),
+    # and its few microseconds per step would shift the phase shares of the
+    # sub-millisecond steps some scenarios make on purpose.
     r = subprocess.run(
-        [sys.executable, "-m", "saturate", "doctor", "--no-gpu", "--out", str(run_dir),
-         *doctor_args, "--", sys.executable, SCENARIO, *scenario_args],
+        [sys.executable, "-m", "saturate", "doctor", "--no-gpu", "--no-auto", "--out",
+         str(run_dir), *doctor_args, "--", sys.executable, SCENARIO, *scenario_args],
         env=env, capture_output=True, text=True, timeout=180)
     assert r.returncode == expect_rc, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     with open(os.path.join(run_dir, "findings.json")) as f:

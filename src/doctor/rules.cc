@@ -38,7 +38,6 @@ constexpr double kImbalancePoints = 20;    // max - min mean util across used GP
 constexpr double kMemoryFullPct = 95;      // GPU memory used, or host available below 5%
 constexpr double kIdleAllocationPct = 50;  // a GPU below 5% util for this share of the run
 constexpr double kFp32AssumedGain = 0.3;   // conservative share of GPU time bf16 would save
-constexpr double kCoreNoise = 0.1;         // cores: what the samples cannot tell apart
 constexpr double kSyncsPerStep = 0.5;      // a CPU-run call site this frequent runs every step
 
 std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -137,9 +136,16 @@ std::optional<double> ReadShare(const Features& f) {
   return f.loader_read_ns_per_sample.value_or(0) / *f.loader_cpu_ns_per_sample;
 }
 
+// Inline loading runs on the training thread: when the process kept a core
+// busy, the thread computed through its waits (decode, transforms) rather
+// than waiting for storage, whatever iowait the rest of the machine showed.
+bool InlineLoaderBusy(const Features& f) {
+  return InlineLoading(f) && f.tree_cpu_cores.value_or(0) >= kLoaderBusyShare;
+}
+
 bool CpuBound(const Features& f) {
   return f.host_cpu_busy_pct.value_or(0) >= kCpuSaturatedPct ||
-         (LoaderThreadsBusy(f) && ReadShare(f).value_or(0) < kReadShare);
+         (LoaderThreadsBusy(f) && ReadShare(f).value_or(0) < kReadShare) || InlineLoaderBusy(f);
 }
 
 bool IoSigns(const Features& f) {
@@ -443,9 +449,7 @@ std::optional<Finding> CpuParallelism(const Features& f, double explained_s) {
   // Cores neither the job nor other processes used: a busy neighbour is not
   // the job leaving cores idle.
   const double idle = std::max(0.0, f.cpus - used - f.other_cpu_cores.value_or(0));
-  // Half the machine, less a tenth of a core of sampling noise (a 1-core job
-  // on 2 cores leaves a core idle, whatever the sampler itself used).
-  const bool idle_cores = idle >= 0.5 * f.cpus - kCoreNoise;
+  const bool idle_cores = idle >= 0.5 * f.cpus;
   const bool fixed_costs = fixed_pct >= kFixedStepPct;
   if (!idle_cores && !fixed_costs) return std::nullopt;
   // A batch k times larger spreads the fixed costs over k times the samples;

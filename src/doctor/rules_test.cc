@@ -545,6 +545,22 @@ TEST(RulesTest, WaitsAtEachPassStartAskForPersistentWorkers) {
   EXPECT_EQ(a.findings.front().fix.find("persistent_workers"), std::string::npos);
 }
 
+// Inline loading with iowait on the machine: the training process kept a core
+// busy, so its thread was decoding, not waiting for storage.
+TEST(RulesTest, InlineLoadingOnABusyCoreIsNotIoBound) {
+  doctor::Run run = InlineDataLoader({"python", "main.py"});
+  for (SamplePoint& s : run.samples) {
+    s.cpu_iowait_pct = 15;
+    s.cpu_busy_pct = 55;
+    s.tree_cpu_pct = 100;
+  }
+  Analysis a = Analyze(run);
+  ASSERT_FALSE(a.findings.empty());
+  EXPECT_EQ(a.findings.front().cause, "input_pipeline") << Describe(a.findings);
+  for (SamplePoint& s : run.samples) s.tree_cpu_pct = 30;  // the thread was mostly off-CPU
+  EXPECT_EQ(Analyze(run).findings.front().cause, "io_bound");
+}
+
 TEST(RulesTest, WorkersFlagFindsTheArgumentThatSetTheValue) {
   EXPECT_EQ(WorkersFlag({"python", "main.py", "-j", "0"}, 0), "-j");
   EXPECT_EQ(WorkersFlag({"python", "main.py", "-j0"}, 0), "-j");
