@@ -9,9 +9,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
+#include "base/file.h"
 #include "job/steps.h"
 #include "saturate/watch/watcher.h"
 #include "watch/child.h"
@@ -126,10 +128,10 @@ class Job::Impl {
     if (!o_.argv.empty()) SATURATE_RETURN_IF_ERROR(SpawnCommand());
     watch::WatchOptions wo;
     wo.interval_ns = o_.interval_ns;
-    wo.run_dir = o_.run_dir;
+    wo.run_dir = SamplesDir();
     wo.pid = pid_;
     wo.command = o_.argv;
-    wo.gpus = o_.gpus;
+    wo.gpus = o_.gpus && (!o_.rank || o_.rank->local_rank == 0);
     wo.nvml_library = o_.nvml_library;
     wo.auto_instrument = auto_instrumented_;
     SATURATE_ASSIGN_OR_RETURN(watcher_, watch::Watcher::Start(wo));
@@ -191,6 +193,7 @@ class Job::Impl {
     result.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
     SATURATE_RETURN_IF_ERROR(
         watcher_->Stop(child_ ? std::optional<int>(result.exit_code) : std::nullopt));
+    if (o_.rank && child_ && !o_.run_dir.empty()) SATURATE_RETURN_IF_ERROR(WriteTask(result));
     if (output_) {
       result.output_tail = output_->Tail(o_.tail_lines);
       output_.reset();
@@ -210,12 +213,12 @@ class Job::Impl {
     watch::ChildOptions co;
     if (!o_.run_dir.empty()) {
       std::error_code ec;
-      fs::create_directories(o_.run_dir, ec);
-      if (ec) return Status::IOError("cannot create " + o_.run_dir + ": " + ec.message());
+      fs::create_directories(OwnDir(), ec);
+      if (ec) return Status::IOError("cannot create " + OwnDir() + ": " + ec.message());
       if (o_.auto_instrument) {
         SATURATE_ASSIGN_OR_RETURN(
             EnvVars bootstrap,
-            WriteBootstrap(o_.bootstrap_dir.empty() ? o_.run_dir + "/.auto" : o_.bootstrap_dir));
+            WriteBootstrap(o_.bootstrap_dir.empty() ? OwnDir() + "/.auto" : o_.bootstrap_dir));
         co.env = std::move(bootstrap);
         auto_instrumented_ = true;
       }
@@ -240,9 +243,36 @@ class Job::Impl {
     if (o_.capture_output) {
       fcntl(pipe_fds[0], F_SETFL, fcntl(pipe_fds[0], F_GETFL) | O_NONBLOCK);
       output_ =
-          std::make_unique<OutputCapture>(pipe_fds[0], o_.run_dir + "/output.log", o_.on_output);
+          std::make_unique<OutputCapture>(pipe_fds[0], OwnDir() + "/output.log", o_.on_output);
     }
     return Status::OK();
+  }
+
+  // Where this saturate writes what is its own: RUN_DIR, or RUN_DIR/rank-<r>
+  // when it runs as one rank of a job (ranks never share a file).
+  std::string OwnDir() const { return base::RankRunDir(o_.run_dir, o_.rank); }
+
+  // Where the Watcher records: RUN_DIR, or for a rank RUN_DIR/node-<host> on
+  // local rank 0 and nowhere on the others.
+  std::string SamplesDir() const {
+    if (!o_.rank || o_.run_dir.empty()) return o_.run_dir;
+    if (o_.rank->local_rank != 0) return "";
+    return o_.run_dir + "/node-" + o_.rank->host;
+  }
+
+  // RUN_DIR/rank-<r>/task.json: how this rank's command ended (docs/ranks.md).
+  Status WriteTask(const JobResult& result) const {
+    const nlohmann::json task = {{"rank", o_.rank->rank},
+                                 {"local_rank", o_.rank->local_rank},
+                                 {"world_size", o_.rank->world_size},
+                                 {"host", o_.rank->host},
+                                 {"launcher", o_.rank->launcher},
+                                 {"pid", pid_},
+                                 {"command", o_.argv},
+                                 {"exit_code", result.exit_code},
+                                 {"ended_by", result.ended_by},
+                                 {"wall_s", result.wall_s}};
+    return WriteFileAtomic(OwnDir() + "/task.json", task.dump(2) + "\n");
   }
 
   JobOptions o_;

@@ -28,10 +28,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "base/rank_env.h"
 #include "job/bootstrap.h"
 #include "saturate/base/status.h"
 
@@ -45,6 +47,11 @@ struct JobOptions {
   std::vector<std::string> argv;  // the command; empty: follow `pid`, or only the host
   int pid = 0;                    // with no command: the process to follow (0: none)
   std::string run_dir;            // "": record nothing (and no bootstrap)
+  // Set when saturate itself runs as one rank of a job (`srun saturate watch`,
+  // base::RankFromEnv()): the command's bootstrap and output go to
+  // RUN_DIR/rank-<r>/, and only local rank 0 samples, into RUN_DIR/node-<host>/,
+  // so a node is sampled once however many ranks it runs (docs/ranks.md).
+  std::optional<base::RankEnv> rank;
 
   // The auto-instrumentation bootstrap, written into `bootstrap_dir`
   // ("": RUN_DIR/.auto). Off without a run directory.

@@ -29,8 +29,11 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
+
+#include "base/rank_env.h"
 
 #if defined(SATURATE_WITH_CUDA) && __has_include(<nvtx3/nvToolsExt.h>)
 #include <nvtx3/nvToolsExt.h>
@@ -208,6 +211,21 @@ void AppendEventJson(const Event& e, int pid, std::string* out) {
   out->append("}\n");
 }
 
+// ,"rank":{"rank":R,"local_rank":L,"world_size":W,"host":H,"launcher":N} (docs/ranks.md).
+void AppendRank(const base::RankEnv& r, std::string* out) {
+  out->append(",\"rank\":{\"rank\":");
+  AppendInt(r.rank, out);
+  out->append(",\"local_rank\":");
+  AppendInt(r.local_rank, out);
+  out->append(",\"world_size\":");
+  AppendInt(r.world_size, out);
+  out->append(",\"host\":");
+  AppendJsonString(r.host, out);
+  out->append(",\"launcher\":");
+  AppendJsonString(r.launcher, out);
+  out->append("}");
+}
+
 std::string ProcessComm() {
   char buf[64] = {};
   const int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
@@ -279,6 +297,7 @@ class Recorder {
   std::vector<ThreadBuffer*> buffers_;
   std::vector<Event> orphans_;  // events of threads that exited
   std::string run_dir_, path_;
+  std::optional<base::RankEnv> rank_;  // when this process is one rank of several
   int fd_ = -1;
   int file_pid_ = 0;
   std::unique_ptr<std::thread> writer_;
@@ -389,16 +408,15 @@ Status Recorder::Start(const std::string& run_dir) {
 }
 
 Status Recorder::StartLocked(const std::string& run_dir) {
-  if (state.load() == kOn && run_dir == run_dir_ && fd_ >= 0) return Status::OK();
+  // One rank of a torchrun/Slurm/MPI job records into its own rank-<r>/.
+  const std::optional<base::RankEnv> rank = base::RankFromEnv();
+  const std::string dir = base::RankRunDir(run_dir, rank);
+  if (state.load() == kOn && dir == run_dir_ && fd_ >= 0) return Status::OK();
   Status previous;
   if (fd_ >= 0) {
     previous = DrainLocked();
     CloseLocked();
   }
-  std::error_code ec;
-  std::filesystem::create_directories(run_dir, ec);
-  if (ec)
-    return Status::IOError("trace: cannot create run directory " + run_dir + ": " + ec.message());
   // Events left in buffers from before the last Stop() are not this run's.
   for (ThreadBuffer* b : buffers_) {
     std::lock_guard<std::mutex> bl(b->mu);
@@ -406,7 +424,8 @@ Status Recorder::StartLocked(const std::string& run_dir) {
     b->dropped = 0;
   }
   orphans_.clear();
-  run_dir_ = run_dir;
+  rank_ = rank;
+  run_dir_ = dir;
   Status st = OpenLocked();
   if (!st.ok()) {
     run_dir_.clear();
@@ -424,6 +443,10 @@ Status Recorder::StartLocked(const std::string& run_dir) {
 }
 
 Status Recorder::OpenLocked() {
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir_, ec);
+  if (ec)
+    return Status::IOError("trace: cannot create run directory " + run_dir_ + ": " + ec.message());
   file_pid_ = static_cast<int>(getpid());
   path_ = run_dir_ + "/spans-" + std::to_string(file_pid_) + ".jsonl";
   fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -436,6 +459,7 @@ Status Recorder::OpenLocked() {
   AppendInt(NowNs(), &meta);
   meta += ",\"unix_ns\":";
   AppendInt(UnixNowNs(), &meta);
+  if (rank_) AppendRank(*rank_, &meta);
   meta += "}\n";
   Status st = WriteAll(fd_, meta, path_);
   if (!st.ok()) CloseLocked();

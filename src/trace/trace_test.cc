@@ -233,6 +233,27 @@ TEST_F(TraceTest, StartMovesToAnotherDirectory) {
   EXPECT_EQ(Spans(ReadLines(SpansPath(b))).size(), 1u);
 }
 
+TEST_F(TraceTest, OneRankOfAJobRecordsIntoItsRankFolder) {
+  setenv("RANK", "1", 1);
+  setenv("LOCAL_RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("SATURATE_HOSTNAME", "node-b", 1);
+  const Status started = Start(dir_.path());
+  for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "SATURATE_HOSTNAME"}) unsetenv(name);
+  SATURATE_ASSERT_OK(started);
+  EXPECT_EQ(RunDir(), dir_.Join("rank-1"));
+  RecordSpan("forward", 0, 1);
+  SATURATE_ASSERT_OK(Stop());
+  const std::vector<json> lines = ReadLines(SpansPath(dir_.Join("rank-1")));
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0]["rank"], json({{"rank", 1},
+                                    {"local_rank", 1},
+                                    {"world_size", 2},
+                                    {"host", "node-b"},
+                                    {"launcher", "env"}}));
+  EXPECT_EQ(Spans(lines, "forward").size(), 1u);
+}
+
 TEST_F(TraceTest, AppendsWhenStartedAgain) {
   SATURATE_ASSERT_OK(Start(dir_.path()));
   RecordSpan("one", 0, 1);

@@ -47,6 +47,7 @@ Result<job::JobOptions> MakeOptions(const WatchFlags& f) {
     return Status::NotFound("--pid " + std::to_string(f.pid) + ": no such process");
   }
   o.run_dir = f.no_record ? "" : f.out;
+  if (!f.command.empty()) o.rank = base::RankFromEnv();  // inside `srun`/`mpirun`
   o.pid = f.pid;
   o.argv = f.command;
   o.gpus = !f.no_gpu;
@@ -107,6 +108,12 @@ Status RunWatched(const std::string& name, WatchFlags f, int* exit_code, std::st
                  f.interval.c_str());
     if (!options.run_dir.empty())
       std::fprintf(stderr, "; recording to %s", options.run_dir.c_str());
+    if (options.rank) {
+      std::fprintf(stderr, "; rank %d of %d (%s) on %s%s", options.rank->rank,
+                   options.rank->world_size, options.rank->launcher.c_str(),
+                   options.rank->host.c_str(),
+                   options.rank->local_rank == 0 ? ", sampling this node" : "");
+    }
     if (server) std::fprintf(stderr, "; metrics at %s", server->url().c_str());
     std::fprintf(stderr, "\n");
   }

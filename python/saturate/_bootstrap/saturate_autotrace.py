@@ -21,6 +21,13 @@ the spans format of docs/trace.md (what each event means: docs/auto.md):
     checkpoint   torch.save, torch.distributed.checkpoint saves
     collectives  torch.distributed.all_reduce, broadcast, barrier, ...: bytes, time
     dataloader   a counters record per DataLoader built: num_workers, pin_memory, ...
+    ddp          a counters record per DistributedDataParallel model: gradient bytes, buckets
+    exit         a counters record at a normal exit (sys.exit too), with the steps seen
+
+One rank of a torchrun/Slurm/MPI job (docs/ranks.md) records into
+``$SATURATE_RUN_DIR/rank-<r>/``, names its rank in the meta line, and writes its
+Python stacks to ``stacks-<pid>.txt`` there on SIGUSR2 (saturate watch asks for
+them when the ranks stop making progress).
 
 Never breaks the job: a hook that cannot be installed is listed in the file's
 meta line (``auto.missing``), an error while recording is counted and
@@ -54,9 +61,11 @@ _tid = threading.get_native_id
 class _Writer:
     """Buffers event lines and appends them to spans-<pid>-auto.jsonl."""
 
-    def __init__(self, run_dir, info):
+    def __init__(self, run_dir, info, rank=None):
         self.run_dir = run_dir
         self.info = info  # the meta line's "auto" object, filled as hooks install
+        self.rank = rank  # the meta line's "rank" object, for one rank of several
+        self.stacks = None  # (pid, file name) where SIGUSR2 writes this process's stacks
         self.lock = threading.Lock()
         self.lines = []
         self.fd = -1
@@ -86,6 +95,10 @@ class _Writer:
         self.info["argv"] = list(getattr(sys, "argv", []))  # complete by now (python -m)
         meta = {"ph": "M", "pid": self.pid, "comm": _comm(), "clock": "CLOCK_MONOTONIC",
                 "ts_ns": _now(), "unix_ns": time.time_ns(), "source": "auto", "auto": self.info}
+        if self.rank is not None:
+            meta["rank"] = self.rank
+        if self.stacks is not None and self.stacks[0] == self.pid:
+            meta["stacks"] = self.stacks[1]
         os.write(self.fd, (json.dumps(meta, separators=(",", ":")) + "\n").encode())
 
     def flush(self):
@@ -415,6 +428,20 @@ def _record_dataloader(loader, site):
     _w.emit(_counters("dataloader", args, labels))
 
 
+def _batch_size(batch, args):
+    """Adds the batch's first tensor's `samples` (leading dimension) and `elems`
+    (elements): ranks with uneven batches or sequence lengths show it."""
+    for _ in range(3):  # tensor, [tensor, ...], {"input": tensor, ...}
+        if isinstance(batch, (list, tuple)):
+            batch = batch[0] if batch else None
+        elif isinstance(batch, dict):
+            batch = next(iter(batch.values()), None)
+    shape = getattr(batch, "shape", None)
+    if shape is not None and len(shape) > 0 and hasattr(batch, "numel"):
+        args["samples"] = int(shape[0])
+        args["elems"] = int(batch.numel())
+
+
 def _hook_dataloader(torch):
     from torch.utils.data import dataloader as dl
 
@@ -443,13 +470,16 @@ def _hook_dataloader(torch):
     @functools.wraps(next_)
     def next_wrapper(self):
         t0 = _now()
+        batch = None
         try:
-            return next_(self)
+            batch = next_(self)
+            return batch
         finally:
             t1 = _now()
-            _safe(_span)("data_wait", "loader", t0, t1,
-                         {"loader_id": getattr(self, "_saturate_id", -1),
-                          "batch": getattr(self, "_num_yielded", 0)})
+            args = {"loader_id": getattr(self, "_saturate_id", -1),
+                    "batch": getattr(self, "_num_yielded", 0)}
+            _safe(_batch_size)(batch, args)
+            _safe(_span)("data_wait", "loader", t0, t1, args)
             _forward_starts(t1)
 
     Iter.__next__ = next_wrapper
@@ -687,6 +717,42 @@ def _hook_distributed(dist):
     return "%d collectives" % len(hooked)
 
 
+def _hook_ddp(torch):
+    """DistributedDataParallel: its backward all-reduces the gradients, so on
+    ranks that wait for a slower one the wait is inside backward. Records the
+    gradient bytes and bucket size once per model."""
+    DDP = torch.nn.parallel.DistributedDataParallel
+    init = DDP.__init__
+    if getattr(init, "_saturate_wrapped", False):
+        return "DistributedDataParallel"
+
+    @functools.wraps(init)
+    def init_wrapper(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        _safe(_record_ddp)(self, kwargs)
+
+    init_wrapper._saturate_wrapped = True
+    DDP.__init__ = init_wrapper
+    return "DistributedDataParallel"
+
+
+def _record_ddp(ddp, kwargs):
+    grad_bytes = sum(p.nelement() * p.element_size()
+                     for p in ddp.module.parameters() if p.requires_grad)
+    bucket_mb = kwargs.get("bucket_cap_mb")
+    _w.emit(_counters("ddp", {
+        "grad_bytes": grad_bytes,
+        "bucket_cap_bytes": int((bucket_mb if bucket_mb is not None else 25) * (1 << 20)),
+        "find_unused_parameters": int(bool(kwargs.get("find_unused_parameters"))),
+        "world_size": _world_size()},
+        {"site": _site()}))
+
+
+def _world_size():
+    rank = _w.rank
+    return rank["world_size"] if rank else 0
+
+
 # ---- installing ---------------------------------------------------------------------------------
 
 
@@ -765,7 +831,7 @@ def _on_torch(torch):
     for name, fn in (("optimizer", _hook_optimizer), ("grad_scaler", _hook_grad_scaler),
                      ("backward", _hook_backward), ("dataloader", _hook_dataloader),
                      ("fetch", _hook_fetch), ("host_sync", _hook_syncs),
-                     ("copy", _hook_copies), ("save", _hook_save)):
+                     ("copy", _hook_copies), ("save", _hook_save), ("ddp", _hook_ddp)):
         _try_hook(name, fn, torch)
     _post_import.watch("torch.distributed",
                        lambda dist: _try_hook("collectives", _hook_distributed, dist))
@@ -792,12 +858,74 @@ def install(run_dir):
                                         "SLURM_LOCALID", "SLURM_NTASKS") if k in os.environ}
     if ranks:
         _info["env"] = ranks
-    _w = _Writer(os.path.abspath(run_dir), _info)
+    rank = rank_from_env()
+    _w = _Writer(rank_run_dir(os.path.abspath(run_dir), rank), _info, rank)
     _w.flush_hooks.append(_write_sync_counters)
+    if rank is not None:
+        _safe(_install_stack_dump)()
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork)
     atexit.register(_at_exit)
     _post_import.watch("torch", _on_torch)
+
+
+# ---- ranks (docs/ranks.md) -------------------------------------------------------------
+
+# (launcher, rank, local rank, world size) variables, in order of precedence; the
+# same table as src/base/rank_env.cc.
+_LAUNCHERS = (("torchrun", "RANK", "LOCAL_RANK", "WORLD_SIZE"),
+              ("slurm", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS"),
+              ("mpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+              ("pmi", "PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"))
+
+
+def _count(text):
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def rank_from_env(env=os.environ):
+    """{"rank", "local_rank", "world_size", "host", "launcher"} for one rank of a
+    job of two or more, else None. A Slurm batch script (no step size) is no rank."""
+    for launcher, rank_var, local_var, world_var in _LAUNCHERS:
+        if rank_var not in env or world_var not in env:
+            continue
+        rank, world = _count(env[rank_var]), _count(env[world_var])
+        if rank is None or world is None or world < 2 or rank >= world:
+            return None
+        if launcher == "torchrun" and "TORCHELASTIC_RUN_ID" not in env:
+            launcher = "env"
+        import socket
+
+        return {"rank": rank, "local_rank": _count(env.get(local_var)) or 0, "world_size": world,
+                "host": env.get("SATURATE_HOSTNAME") or socket.gethostname(),
+                "launcher": launcher}
+    return None
+
+
+def rank_run_dir(run_dir, rank):
+    """RUN/rank-<r> for a rank (once: not when run_dir already is it), else RUN."""
+    if rank is None:
+        return run_dir
+    name = "rank-%d" % rank["rank"]
+    run_dir = run_dir.rstrip(os.sep) or run_dir
+    return run_dir if os.path.basename(run_dir) == name else os.path.join(run_dir, name)
+
+
+def _install_stack_dump():
+    """SIGUSR2 writes every thread's Python stack to RUN/rank-<r>/stacks-<pid>.txt:
+    saturate watch asks for it when ranks stop making progress. Not when the
+    program handles SIGUSR2 itself."""
+    import faulthandler
+    import signal
+
+    if signal.getsignal(signal.SIGUSR2) != signal.SIG_DFL:
+        return
+    os.makedirs(_w.run_dir, exist_ok=True)
+    name = "stacks-%d.txt" % _w.pid
+    f = open(os.path.join(_w.run_dir, name), "w")  # kept open: the handler writes to its fd
+    faulthandler.register(signal.SIGUSR2, file=f, all_threads=True)
+    _w.stacks = (_w.pid, name)
+    _w.stacks_file = f
 
 
 def _after_fork():
@@ -808,6 +936,8 @@ def _after_fork():
 def _at_exit():
     if _w.errors:  # recording failures, so the report can say spans may be missing
         _w.emit(_counters("autotrace", {"errors": _w.errors}))
+    # A normal exit (sys.exit included): a rank that left its job early says so.
+    _w.emit(_counters("exit", {"steps": _steps[0]}))
     _w.flush()
 
 
