@@ -85,6 +85,33 @@ struct PhaseShare {
   double pct_of_steps = 0;  // share of the summed step time
 };
 
+// One rank of a multi-rank job (docs/ranks.md), step by step: a row of the
+// report's rank x step heat map. Step i is the i-th full step of that rank.
+struct RankRow {
+  int rank = 0;
+  int local_rank = 0;
+  std::string host;
+  std::vector<double> step_s;       // step times
+  std::vector<double> data_wait_s;  // waiting for the next batch, per step
+  std::vector<double> wait_s;       // waiting for other ranks (collectives), per step
+  double clock_offset_ms = 0;       // correction applied to this rank's node clock
+  std::optional<int> exit_code;     // from task.json (saturate run inside the task)
+  bool exited = false;              // the process left normally (sys.exit included)
+  std::string note;                 // "no step marks", "rank directory missing", ...
+};
+
+// The job as its ranks, when the run directory holds rank-<r>/ folders.
+struct RanksView {
+  int world_size = 0;            // 0: not a multi-rank run
+  std::vector<RankRow> rows;     // by rank; a missing rank has a row with a note
+  std::vector<std::string> hosts;
+  std::string clock_method;      // how node clocks were aligned ("none": one node)
+  double residual_skew_ms = 0;   // what remains after alignment (upper bound)
+  std::optional<int> straggler;  // the rank the others wait for most
+  double others_wait_per_step_s = 0;  // the others' mean wait per step on it
+  std::string straggler_reason;       // "data_wait", "compute", "checkpoint", ...
+};
+
 // Measurements. Every optional is empty when the run lacks the source
 // (no GPU, no process tree, no spans, no step marks).
 struct Features {
@@ -193,6 +220,9 @@ struct Features {
   std::optional<double> copy_blocking_pct;  // of copies, without non_blocking
   std::vector<StepWaterfall> waterfall;     // a few steps around the median one
 
+  // ---- Ranks of a multi-rank job (src/ranks, docs/ranks.md) -----------------
+  RanksView ranks;
+
   nlohmann::json ToJson() const;
 };
 
@@ -210,6 +240,8 @@ struct Analysis {
 };
 
 Features ComputeFeatures(const Run& run);
+// features.ranks as JSON (findings.json "features.ranks"; docs/ranks.md).
+nlohmann::json RanksJson(const RanksView& view);
 // The flag of `argv` that passes `value` as a worker count (-j, --workers,
 // --num-workers, --num_workers, --dataloader-num-workers, ...), as "-j" for
 // "-j 0" or "--workers=" for "--workers=0".
@@ -221,6 +253,14 @@ nlohmann::json SitesJson(const std::vector<SiteStat>& sites);
 std::vector<Finding> Diagnose(const Run& run, const Features& features,
                               const AnalysisOptions& options = {});
 Analysis Analyze(const Run& run, const AnalysisOptions& options = {});
+
+// A finding whose time lost is also a share of `duration_s` (the rules' and
+// src/ranks' constructor).
+Finding NewFinding(std::string cause, std::string title, double lost_s, double duration_s,
+                   double confidence);
+// Findings ranked as Diagnose() ranks its own: measured ones at or above
+// `min_time_lost_pct` by time lost, largest first, then the info ones.
+std::vector<Finding> RankFindings(std::vector<Finding> findings, double min_time_lost_pct);
 
 // findings.json: {"run": dir, "duration_s", "features": {...}, "findings": [{"cause",
 // "title", "time_lost_s", "time_lost_pct", "evidence": [{key, value, unit, text}],

@@ -978,6 +978,35 @@ nlohmann::json Features::ToJson() const {
                     {"segments", std::move(segments)}});
   }
   j["waterfall"] = std::move(rows);
+  if (ranks.world_size > 0) j["ranks"] = RanksJson(ranks);
+  return j;
+}
+
+nlohmann::json RanksJson(const RanksView& v) {
+  using json = nlohmann::json;
+  json rows = json::array();
+  for (const RankRow& r : v.rows) {
+    json row = {{"rank", r.rank},
+                {"local_rank", r.local_rank},
+                {"host", r.host},
+                {"steps", r.step_s.size()},
+                {"step_s", r.step_s},
+                {"data_wait_s", r.data_wait_s},
+                {"wait_s", r.wait_s},
+                {"clock_offset_ms", r.clock_offset_ms},
+                {"exited", r.exited},
+                {"note", r.note}};
+    Put(row, "exit_code", r.exit_code);
+    rows.push_back(std::move(row));
+  }
+  json j = {{"world_size", v.world_size},
+            {"hosts", v.hosts},
+            {"clock_method", v.clock_method},
+            {"residual_skew_ms", v.residual_skew_ms},
+            {"others_wait_per_step_s", v.others_wait_per_step_s},
+            {"straggler_reason", v.straggler_reason},
+            {"rows", std::move(rows)}};
+  Put(j, "straggler", v.straggler);
   return j;
 }
 

@@ -57,18 +57,27 @@ std::string CpuTime(double ns) {
 
 Finding Make(const Features& f, std::string cause, std::string title, double lost_s,
              double confidence) {
-  Finding x;
-  x.cause = std::move(cause);
-  x.title = std::move(title);
-  x.time_lost_s = std::max(0.0, lost_s);
-  x.time_lost_pct = f.duration_s > 0 ? 100.0 * x.time_lost_s / f.duration_s : 0;
-  x.confidence = confidence;
-  return x;
+  return NewFinding(std::move(cause), std::move(title), lost_s, f.duration_s, confidence);
 }
 
 void Add(Finding& x, std::string key, double value, std::string unit, std::string text) {
   x.evidence.push_back({std::move(key), value, std::move(unit), std::move(text)});
 }
+
+}  // namespace
+
+Finding NewFinding(std::string cause, std::string title, double lost_s, double duration_s,
+                   double confidence) {
+  Finding x;
+  x.cause = std::move(cause);
+  x.title = std::move(title);
+  x.time_lost_s = std::max(0.0, lost_s);
+  x.time_lost_pct = duration_s > 0 ? 100.0 * x.time_lost_s / duration_s : 0;
+  x.confidence = confidence;
+  return x;
+}
+
+namespace {
 
 // Mean utilization of the GPUs in use (those not idle most of the run).
 std::optional<double> UsedGpuBusyPct(const Features& f) {
@@ -881,14 +890,20 @@ nlohmann::json FindingJson(const Finding& x) {
 // will need raw spans or samples.
 std::vector<Finding> Diagnose(const Run& /*run*/, const Features& features,
                               const AnalysisOptions& options) {
-  std::vector<Finding> ranked, info;
+  std::vector<Finding> found;
   for (const Rule& rule : Rules()) {
-    std::optional<Finding> x = rule(features, options);
-    if (!x) continue;
-    if (x->info) {
-      info.push_back(std::move(*x));
-    } else if (x->time_lost_pct >= options.min_time_lost_pct) {
-      ranked.push_back(std::move(*x));
+    if (std::optional<Finding> x = rule(features, options)) found.push_back(std::move(*x));
+  }
+  return RankFindings(std::move(found), options.min_time_lost_pct);
+}
+
+std::vector<Finding> RankFindings(std::vector<Finding> findings, double min_time_lost_pct) {
+  std::vector<Finding> ranked, info;
+  for (Finding& x : findings) {
+    if (x.info) {
+      info.push_back(std::move(x));
+    } else if (x.time_lost_pct >= min_time_lost_pct) {
+      ranked.push_back(std::move(x));
     }
   }
   std::stable_sort(ranked.begin(), ranked.end(), [](const Finding& a, const Finding& b) {

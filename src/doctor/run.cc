@@ -204,6 +204,10 @@ void AddAutoCounters(const trace::SpanFileEvent& e, Loading* l) {
     for (AutoProcess& p : l->run->auto_processes) {
       if (p.pid == pid) p.errors = value("errors");
     }
+  } else if (e.name == "exit") {
+    l->run->exited_pids.push_back(pid);
+  } else if (!e.name.empty()) {
+    l->run->counters[e.name] = values;  // "ddp", ...
   }
 }
 
@@ -313,14 +317,33 @@ int64_t LastEventNs(const Run& run) {
   return last;
 }
 
+// Where a spans file's CLOCK_MONOTONIC time 0 of the run's axis is: from
+// meta.json's start, or (sources.origin_unix_ns) from the file's own wall
+// clock reading, for spans written on another node.
+int64_t FileOrigin(const trace::SpansFile& file, const RunSources& sources, const Run& run) {
+  if (sources.origin_unix_ns) {
+    for (const trace::SpanFileEvent& e : file.events) {
+      if (e.type == trace::SpanFileEvent::Type::kMeta && e.unix_ns > 0 && e.ts_ns > 0) {
+        return e.ts_ns - (e.unix_ns - *sources.origin_unix_ns) - sources.shift_ns;
+      }
+    }
+  }
+  return run.meta.start_monotonic_ns;
+}
+
 }  // namespace
 
 Result<Run> LoadRun(const std::string& dir) {
+  return LoadRunFrom({.meta_dir = dir, .spans_dir = dir});
+}
+
+Result<Run> LoadRunFrom(const RunSources& sources) {
   Run run;
+  const std::string& dir = sources.meta_dir.empty() ? sources.spans_dir : sources.meta_dir;
   const std::string meta_path = dir + "/meta.json";
   std::error_code ec;
-  const bool has_meta = std::filesystem::exists(meta_path, ec);
-  if (!has_meta && SpanFiles(dir).empty()) {
+  const bool has_meta = !sources.meta_dir.empty() && std::filesystem::exists(meta_path, ec);
+  if (!has_meta && SpanFiles(sources.spans_dir).empty()) {
     return Status::NotFound(meta_path +
                             ": no such file, and no spans-*.jsonl (not a run directory?)");
   }
@@ -333,9 +356,11 @@ Result<Run> LoadRun(const std::string& dir) {
     // Spans recorded without saturate watch (SATURATE_RUN_DIR set by hand,
     // saturate.auto): no samples, and the run spans its events.
     run.meta.dir = dir;
-    run.warnings.push_back(meta_path +
-                           ": missing (recorded without saturate watch): no metric samples; the "
-                           "run spans its events");
+    if (!sources.origin_unix_ns) {
+      run.warnings.push_back(meta_path +
+                             ": missing (recorded without saturate watch): no metric samples; "
+                             "the run spans its events");
+    }
   }
 
   const std::string samples_path = dir + "/samples.jsonl";
@@ -353,8 +378,19 @@ Result<Run> LoadRun(const std::string& dir) {
     run.warnings.push_back(samples_path + ": missing (no metric samples)");
   }
 
+  // Another node's samples: onto the job's axis, with the node's clock correction.
+  const int64_t sample_shift_ns =
+      sources.origin_unix_ns && has_meta
+          ? run.meta.start_unix_ns - *sources.origin_unix_ns + sources.shift_ns
+          : 0;
+  for (SamplePoint& p : run.samples) p.t_ns += sample_shift_ns;
+  if (sources.origin_unix_ns && has_meta) {
+    run.meta.duration_ns += sample_shift_ns;
+    run.meta.start_unix_ns = *sources.origin_unix_ns;
+  }
+
   Loading loading{.run = &run};
-  for (const std::string& path : SpanFiles(dir)) {
+  for (const std::string& path : SpanFiles(sources.spans_dir)) {
     SATURATE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
     SATURATE_ASSIGN_OR_RETURN(trace::SpansFile file, trace::ParseSpansFile(text, path));
     if (file.torn_last_line) run.warnings.push_back(path + ": skipped a torn last line");
@@ -362,12 +398,13 @@ Result<Run> LoadRun(const std::string& dir) {
         std::any_of(file.events.begin(), file.events.end(), [](const trace::SpanFileEvent& e) {
           return e.type == trace::SpanFileEvent::Type::kMeta && e.source == "auto";
         });
+    const int64_t origin_ns = FileOrigin(file, sources, run);
     for (const trace::SpanFileEvent& e : file.events) {
-      AddSpanEvent(e, auto_source, run.meta.start_monotonic_ns, &loading);
+      AddSpanEvent(e, auto_source, origin_ns, &loading);
     }
   }
   FinishLoading(&loading);
-  if (!has_meta) StartAtFirstEvent(&run);
+  if (!has_meta && !sources.origin_unix_ns) StartAtFirstEvent(&run);
 
   std::stable_sort(run.samples.begin(), run.samples.end(),
                    [](const SamplePoint& a, const SamplePoint& b) { return a.t_ns < b.t_ns; });

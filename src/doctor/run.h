@@ -132,6 +132,7 @@ struct Run {
   std::vector<AutoProcess> auto_processes;
   std::vector<DataLoaderInfo> dataloaders;
   std::vector<SyncSite> host_syncs;
+  std::vector<int> exited_pids;  // processes that recorded a normal exit (sys.exit included)
 };
 
 // Reads `dir`. A process with step marks of its own (saturate.step()) keeps
@@ -140,6 +141,20 @@ struct Run {
 // InvalidArgument naming the file and line) when meta.json is missing or unreadable; a torn last
 // line of a JSON Lines file is skipped with a warning, a bad line elsewhere is an error.
 Result<Run> LoadRun(const std::string& dir);
+
+// What LoadRunFrom reads; LoadRun(dir) reads {dir, dir}. One rank of a job
+// (docs/ranks.md) is its node's meta.json and samples with its own spans.
+struct RunSources {
+  std::string meta_dir;   // meta.json and samples.jsonl; "": none (spans only)
+  std::string spans_dir;  // spans-*.jsonl
+  // Set: the axis starts at this wall-clock time, and each spans file is
+  // placed by its own wall-clock reading (its meta line's unix_ns), so spans
+  // and samples from several nodes share one axis; `shift_ns` is added to
+  // all of them (the node's clock correction).
+  std::optional<int64_t> origin_unix_ns;
+  int64_t shift_ns = 0;
+};
+Result<Run> LoadRunFrom(const RunSources& sources);
 
 }  // namespace saturate::doctor
 

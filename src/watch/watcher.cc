@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "base/file.h"
+#include "base/rank_env.h"
 #include "watch/nvml.h"
 #include "watch/procfs.h"
 #include "watch/snapshot.h"
@@ -68,12 +69,6 @@ class TreeTracker {
   std::vector<int> pids_;
   int64_t last_scan_ns_ = INT64_MIN / 2;
 };
-
-std::string Hostname() {
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  return name;
-}
 
 }  // namespace
 
@@ -296,7 +291,7 @@ class Watcher::Impl {
   const int64_t page_bytes_;
   std::unique_ptr<Nvml> nvml_;
   std::string gpu_status_;
-  const std::string hostname_ = Hostname();
+  const std::string hostname_ = base::HostName();
   int64_t start_ns_ = 0, start_unix_ns_ = 0;
   json meta_;
   FILE* samples_file_ = nullptr;

@@ -16,6 +16,7 @@
 #include "doctor/gate.h"
 #include "doctor/report.h"
 #include "doctor/run.h"
+#include "ranks/analysis.h"
 #include "watch_session.h"
 
 namespace saturate::cli {
@@ -53,12 +54,14 @@ Result<std::vector<doctor::Gate>> ParseGates(const std::vector<std::string>& tex
 // the summary; `*gates_failed` says whether a --fail-on gate failed.
 Status AnalyseRun(const std::string& run_dir, const ReportFlags& f, bool* gates_failed) {
   SATURATE_ASSIGN_OR_RETURN(std::vector<doctor::Gate> gates, ParseGates(f.fail_on));
-  SATURATE_ASSIGN_OR_RETURN(doctor::Run run, doctor::LoadRun(run_dir));
-  for (const std::string& w : run.warnings)
-    std::fprintf(stderr, "saturate doctor: %s\n", w.c_str());
   doctor::AnalysisOptions options;
   options.min_time_lost_pct = f.min_pct;
-  const doctor::Analysis analysis = doctor::Analyze(run, options);
+  // A single run, or a multi-rank job's rank folders merged (docs/ranks.md).
+  SATURATE_ASSIGN_OR_RETURN(ranks::DirAnalysis dir, ranks::AnalyzeDir(run_dir, options));
+  for (const std::string& w : dir.warnings)
+    std::fprintf(stderr, "saturate doctor: %s\n", w.c_str());
+  const doctor::Run& run = dir.run;
+  const doctor::Analysis& analysis = dir.analysis;
   SATURATE_RETURN_IF_ERROR(WriteFileAtomic(run_dir + "/findings.json",
                                            doctor::AnalysisJson(run, analysis).dump(2) + "\n"));
   if (!f.no_html) {
@@ -70,9 +73,7 @@ Status AnalyseRun(const std::string& run_dir, const ReportFlags& f, bool* gates_
   std::printf("findings: %s/findings.json%s%s\n", run_dir.c_str(),
               f.no_html ? "" : "   report: ", f.no_html ? "" : (run_dir + "/report.html").c_str());
   // Gates count every finding, also those under the reporting threshold.
-  const std::vector<doctor::Finding> all =
-      doctor::Diagnose(run, analysis.features, doctor::AnalysisOptions{.min_time_lost_pct = 0});
-  const std::vector<std::string> failed = doctor::FailedGates(gates, all);
+  const std::vector<std::string> failed = doctor::FailedGates(gates, dir.all_findings);
   for (const std::string& line : failed) std::printf("gate failed: %s\n", line.c_str());
   *gates_failed = !failed.empty();
   return Status::OK();

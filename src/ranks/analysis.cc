@@ -1,0 +1,429 @@
+#include "ranks/analysis.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <numeric>
+
+namespace saturate::ranks {
+namespace {
+
+constexpr double kNsPerS = 1e9;
+
+std::string Fmt(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+// "41 ms", "1.2 s".
+std::string Duration(double s) { return s >= 1 ? Fmt("%.1f s", s) : Fmt("%.0f ms", s * 1e3); }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+template <typename F>
+double MeanOver(const std::vector<RankStep>& steps, F field) {
+  if (steps.empty()) return 0;
+  double sum = 0;
+  for (const RankStep& s : steps) sum += field(s);
+  return sum / double(steps.size());
+}
+
+// The thread that trained: the one with the most data_wait/forward/backward
+// spans of the training process (step marks carry no thread).
+int64_t TrainingTid(const doctor::Run& run, int pid) {
+  std::map<int64_t, int> count;
+  for (const doctor::Span& s : run.spans) {
+    if (s.pid == pid && (s.name == "data_wait" || s.name == "forward" || s.name == "backward"))
+      ++count[s.tid];
+  }
+  int64_t tid = 0;
+  int most = 0;
+  for (const auto& [t, n] : count) {
+    if (n > most) {
+      most = n;
+      tid = t;
+    }
+  }
+  return tid;
+}
+
+// Adds the part of [start, end) inside each step to `field` of that step.
+template <typename F>
+void Spread(const std::vector<int64_t>& marks, int64_t start, int64_t end,
+            std::vector<RankStep>* steps, F field) {
+  auto it = std::upper_bound(marks.begin(), marks.end(), start);
+  size_t i = it == marks.begin() ? 0 : size_t(it - marks.begin()) - 1;
+  for (; i + 1 < marks.size() && marks[i] < end; ++i) {
+    const int64_t lo = std::max(start, marks[i]), hi = std::min(end, marks[i + 1]);
+    if (hi > lo) field((*steps)[i]) += double(hi - lo) / kNsPerS;
+  }
+}
+
+RankSteps StepsOf(const RankRun& r) {
+  RankSteps out;
+  out.rank = r.rank;
+  out.local_rank = r.local_rank;
+  out.host = r.host;
+  out.exit_code = r.exit_code;
+  out.clock_offset_ms = double(r.clock_offset_ns) / 1e6;
+  const doctor::Run& run = r.run;
+  const int pid = TrainingPid(run);
+  out.exited =
+      std::find(run.exited_pids.begin(), run.exited_pids.end(), pid) != run.exited_pids.end();
+  int64_t last = 0;
+  for (const doctor::Span& s : run.spans) last = std::max(last, s.start_ns + s.dur_ns);
+  for (const auto& [p, marks] : run.step_marks_ns) {
+    if (!marks.empty()) last = std::max(last, marks.back());
+  }
+  out.last_event_s = double(last) / kNsPerS;
+  if (pid == 0) {
+    out.note = "no step marks";
+    return out;
+  }
+  const std::vector<int64_t>& marks = run.step_marks_ns.at(pid);
+  for (size_t i = 1; i < marks.size(); ++i) {
+    out.steps.push_back({.start_s = double(marks[i - 1]) / kNsPerS,
+                         .dur_s = double(marks[i] - marks[i - 1]) / kNsPerS});
+  }
+  const int64_t tid = TrainingTid(run, pid);
+  const bool ddp = run.counters.contains("ddp");
+  for (const doctor::Span& s : run.spans) {
+    if (s.pid != pid || (tid != 0 && s.tid != tid)) continue;
+    const int64_t end = s.start_ns + s.dur_ns;
+    if (s.name == "data_wait") {
+      Spread(marks, s.start_ns, end, &out.steps,
+             [](RankStep& x) -> double& { return x.data_wait_s; });
+      // The batch belongs to the step it was fetched in.
+      auto it = std::upper_bound(marks.begin(), marks.end(), end);
+      const size_t i = it == marks.begin() ? 0 : size_t(it - marks.begin()) - 1;
+      if (i < out.steps.size()) {
+        if (auto a = s.args.find("samples"); a != s.args.end()) out.steps[i].samples += a->second;
+        if (auto a = s.args.find("elems"); a != s.args.end()) out.steps[i].elems += a->second;
+      }
+    } else if (IsBlockingCollective(s) || (ddp && s.name == "backward")) {
+      Spread(marks, s.start_ns, end, &out.steps, [](RankStep& x) -> double& { return x.sync_s; });
+    } else if (s.kind == doctor::SpanKind::kCheckpoint) {
+      Spread(marks, s.start_ns, end, &out.steps,
+             [](RankStep& x) -> double& { return x.checkpoint_s; });
+    }
+  }
+  if (out.steps.empty()) out.note = "fewer than two step marks";
+  return out;
+}
+
+// Time a rank spends on its own work in a step, by kind.
+double Own(const RankStep& s) {
+  return std::max(0.0, s.dur_s - s.sync_s - s.data_wait_s - s.checkpoint_s);
+}
+
+}  // namespace
+
+std::vector<RankSteps> StepTable(const Job& job) {
+  std::vector<RankSteps> table;
+  size_t next = 0;
+  for (int rank = 0; rank < job.world_size; ++rank) {
+    if (next < job.ranks.size() && job.ranks[next].rank == rank) {
+      table.push_back(StepsOf(job.ranks[next++]));
+    } else {
+      RankSteps missing;
+      missing.rank = rank;
+      missing.note = "rank directory missing";
+      table.push_back(std::move(missing));
+    }
+  }
+  ComputeWaits(&table);
+  return table;
+}
+
+void ComputeWaits(std::vector<RankSteps>* table) {
+  size_t steps = 0;
+  for (const RankSteps& r : *table) steps = std::max(steps, r.steps.size());
+  for (size_t k = 0; k < steps; ++k) {
+    double least = INFINITY;
+    int present = 0;
+    for (const RankSteps& r : *table) {
+      if (k < r.steps.size()) {
+        least = std::min(least, r.steps[k].sync_s);
+        ++present;
+      }
+    }
+    for (RankSteps& r : *table) {
+      if (k < r.steps.size()) r.steps[k].wait_s = present >= 2 ? r.steps[k].sync_s - least : 0;
+    }
+  }
+}
+
+std::optional<Straggler> FindStraggler(const std::vector<RankSteps>& table) {
+  size_t steps = 0;
+  int ranks_with_steps = 0;
+  std::vector<double> durations;
+  for (const RankSteps& r : table) {
+    steps = std::max(steps, r.steps.size());
+    ranks_with_steps += r.steps.empty() ? 0 : 1;
+    for (const RankStep& s : r.steps) durations.push_back(s.dur_s);
+  }
+  if (ranks_with_steps < 2) return std::nullopt;
+  // Waiting in each step is charged to the rank that came last (the least sync).
+  std::map<int, double> charged;
+  double total_wait = 0;
+  for (size_t k = 0; k < steps; ++k) {
+    const RankSteps* last = nullptr;
+    double wait = 0;
+    for (const RankSteps& r : table) {
+      if (k >= r.steps.size()) continue;
+      wait += r.steps[k].wait_s;
+      if (last == nullptr || r.steps[k].sync_s < last->steps[k].sync_s) last = &r;
+    }
+    if (last != nullptr) charged[last->rank] += wait;
+    total_wait += wait;
+  }
+  if (total_wait <= 0) return std::nullopt;
+  auto top = std::max_element(charged.begin(), charged.end(),
+                              [](const auto& a, const auto& b) { return a.second < b.second; });
+  Straggler s;
+  s.rank = top->first;
+  s.wait_share = top->second / total_wait;
+  s.lost_s = total_wait / ranks_with_steps;
+
+  const RankSteps* me = nullptr;
+  std::vector<const RankSteps*> others;
+  for (const RankSteps& r : table) {
+    if (r.steps.empty()) continue;
+    if (r.rank == s.rank) {
+      me = &r;
+    } else {
+      others.push_back(&r);
+    }
+  }
+  double others_wait = 0;
+  for (const RankSteps* o : others)
+    others_wait += MeanOver(o->steps, [](const RankStep& x) { return x.wait_s; });
+  s.others_wait_per_step_s = others.empty() ? 0 : others_wait / double(others.size());
+  const double step_s = Median(durations);
+  if (s.others_wait_per_step_s < std::max(1e-3, 0.03 * step_s) || s.wait_share < 0.5) {
+    return std::nullopt;
+  }
+
+  // Why it comes last: the kind of its own time that exceeds the others' most.
+  auto excess = [&](auto field) {
+    std::vector<double> theirs;
+    for (const RankSteps* o : others) theirs.push_back(MeanOver(o->steps, field));
+    return MeanOver(me->steps, field) - Median(theirs);
+  };
+  const std::pair<const char*, double> kinds[] = {
+      {"data_wait", excess([](const RankStep& x) { return x.data_wait_s; })},
+      {"checkpoint", excess([](const RankStep& x) { return x.checkpoint_s; })},
+      {"compute", excess([](const RankStep& x) { return Own(x); })}};
+  const auto* reason =
+      std::max_element(std::begin(kinds), std::end(kinds),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  s.reason = reason->first;
+  s.excess_per_step_s = std::max(0.0, reason->second);
+  std::vector<double> their_elems;
+  for (const RankSteps* o : others)
+    their_elems.push_back(MeanOver(o->steps, [](const RankStep& x) { return double(x.elems); }));
+  const double mine = MeanOver(me->steps, [](const RankStep& x) { return double(x.elems); });
+  if (Median(their_elems) > 0) s.elems_ratio = mine / Median(their_elems);
+  if (s.reason == "compute" && s.elems_ratio >= 1.15) s.reason = "uneven_batches";
+  return s;
+}
+
+doctor::RanksView ViewOf(const Job& job, const std::vector<RankSteps>& table,
+                         const std::optional<Straggler>& straggler) {
+  doctor::RanksView v;
+  v.world_size = job.world_size;
+  v.hosts = job.hosts;
+  v.clock_method = job.clock.method;
+  v.residual_skew_ms = double(job.clock.residual_skew_ns) / 1e6;
+  for (const RankSteps& r : table) {
+    doctor::RankRow row;
+    row.rank = r.rank;
+    row.local_rank = r.local_rank;
+    row.host = r.host;
+    for (const RankStep& s : r.steps) {
+      row.step_s.push_back(s.dur_s);
+      row.data_wait_s.push_back(s.data_wait_s);
+      row.wait_s.push_back(s.wait_s);
+    }
+    row.clock_offset_ms = r.clock_offset_ms;
+    row.exit_code = r.exit_code;
+    row.exited = r.exited;
+    row.note = r.note;
+    v.rows.push_back(std::move(row));
+  }
+  if (straggler) {
+    v.straggler = straggler->rank;
+    v.others_wait_per_step_s = straggler->others_wait_per_step_s;
+    v.straggler_reason = straggler->reason;
+  }
+  return v;
+}
+
+namespace {
+
+void Add(doctor::Finding& x, std::string key, double value, std::string unit, std::string text) {
+  x.evidence.push_back({std::move(key), value, std::move(unit), std::move(text)});
+}
+
+doctor::Finding StragglerFinding(const std::vector<RankSteps>& table, const Straggler& s,
+                                 double duration_s) {
+  const RankSteps* me = nullptr;
+  for (const RankSteps& r : table) {
+    if (r.rank == s.rank) me = &r;
+  }
+  const int others = int(std::count_if(table.begin(), table.end(), [&](const RankSteps& r) {
+    return r.rank != s.rank && !r.steps.empty();
+  }));
+  const std::string who =
+      "rank " + std::to_string(s.rank) + (me->host.empty() ? "" : " (" + me->host + ")");
+  const std::string wait = "the other " + std::to_string(others) + " rank" +
+                           (others == 1 ? "" : "s") + " wait " +
+                           Duration(s.others_wait_per_step_s) + " a step for it";
+  std::string cause = "communication", title, fix;
+  if (s.reason == "data_wait") {
+    cause = "input_pipeline";
+    title = "Straggler: " + who + " waits longer for data; " + wait;
+    fix =
+        "Its data wait is " + Duration(s.excess_per_step_s) +
+        " a step above the others'. Give its loader more workers (or saturate.Loader), and check " +
+        (me->host.empty() ? std::string("its node") : me->host) +
+        "'s storage and CPU: other work there, a slower disk or a remote mount. Every rank pays "
+        "for the slowest one at the next all-reduce.";
+  } else if (s.reason == "checkpoint") {
+    cause = "checkpoint_stall";
+    title = "Rank-" + std::to_string(s.rank) + "-only work: " + who + " saves checkpoints while " +
+            wait;
+    fix = "Saving costs " + Duration(s.excess_per_step_s) +
+          " a step on that rank alone, and the others wait at the next collective. Save less "
+          "often, save asynchronously (saturate.checkpoint writes in the background), or shard "
+          "the save over all ranks (torch.distributed.checkpoint).";
+  } else if (s.reason == "uneven_batches") {
+    title = "Uneven batches: " + who + " gets " + Fmt("%.2g", s.elems_ratio) +
+            "x the elements of the others, and " + wait;
+    fix =
+        "Balance the work per rank: bucket samples by length, pad to a common length, or "
+        "split by token count rather than by sample count (the straggler does " +
+        Fmt("%.0f%%", 100 * (s.elems_ratio - 1)) + " more work every step).";
+  } else {
+    title = "Straggler: " + who + " computes slower; " + wait;
+    fix = "Its own work takes " + Duration(s.excess_per_step_s) +
+          " a step longer. Check that GPU (clocks, throttling, memory errors) and other "
+          "processes on its node; if the work per rank is uneven, balance it. Gradient "
+          "accumulation with DDP's no_sync() makes the ranks meet less often.";
+  }
+  doctor::Finding x =
+      doctor::NewFinding(cause, title, s.lost_s, duration_s, 0.5 + 0.4 * s.wait_share);
+  Add(x, "straggler_rank", s.rank, "", "the rank the others wait for (straggler)");
+  Add(x, "others_wait_ms_per_step", s.others_wait_per_step_s * 1e3, "ms",
+      "the other ranks' mean wait per step at collectives");
+  Add(x, "wait_share_pct", 100 * s.wait_share, "%", "of all waiting, in steps where it came last");
+  Add(x, "excess_ms_per_step", s.excess_per_step_s * 1e3, "ms",
+      "its extra " + s.reason + " time per step");
+  if (s.elems_ratio > 0)
+    Add(x, "elems_ratio", s.elems_ratio, "x", "its batch elements / the others' median");
+  x.fix = fix;
+  return x;
+}
+
+}  // namespace
+
+std::vector<doctor::Finding> DiagnoseRanks(const std::vector<RankSteps>& table,
+                                           const std::optional<Straggler>& straggler,
+                                           double duration_s, double job_end_s,
+                                           std::optional<int> job_exit_code) {
+  std::vector<doctor::Finding> out;
+  if (straggler) out.push_back(StragglerFinding(table, *straggler, duration_s));
+
+  // The job stopped making progress before it ended: a rank left or hung and
+  // the others blocked in their next collective.
+  std::vector<double> durations;
+  double progress_end_s = 0;
+  int ranks = 0;
+  for (const RankSteps& r : table) {
+    for (const RankStep& s : r.steps) durations.push_back(s.dur_s);
+    progress_end_s = std::max(progress_end_s, r.last_event_s);
+    ranks += r.note == "rank directory missing" ? 0 : 1;
+  }
+  // A job that ended well and whose ranks all ended well only finished slowly.
+  bool failed = job_exit_code.value_or(1) != 0;
+  for (const RankSteps& r : table) failed = failed || r.exit_code.value_or(0) != 0;
+  const double stalled_s = job_end_s - progress_end_s;
+  if (!failed || durations.empty() || stalled_s < std::max(5.0, 10 * Median(durations))) {
+    return out;
+  }
+  const RankSteps* culprit = nullptr;
+  std::string how;
+  for (const RankSteps& r : table) {
+    if (r.exited || (r.exit_code && *r.exit_code != 0)) {
+      culprit = &r;
+      how = r.exited ? "exited normally" : "exited with code " + std::to_string(*r.exit_code);
+      break;
+    }
+  }
+  if (culprit == nullptr) {
+    for (const RankSteps& r : table) {
+      if (!r.steps.empty() && (culprit == nullptr || r.last_event_s < culprit->last_event_s))
+        culprit = &r;
+    }
+    how = "stopped first";
+  }
+  const std::string who = culprit ? "rank " + std::to_string(culprit->rank) : std::string("a rank");
+  doctor::Finding x = doctor::NewFinding(
+      "idle_allocation",
+      "Dead or hung rank: " + who + " " + how + " after step " +
+          std::to_string(culprit ? culprit->steps.size() : 0) +
+          "; the other ranks made no progress for the last " + Duration(stalled_s) + " of the job",
+      stalled_s * double(std::max(0, ranks - 1)) / double(std::max(1, ranks)), duration_s, 0.7);
+  Add(x, "stalled_s", stalled_s, "s",
+      "from the last recorded progress of any rank to the job's end");
+  if (culprit) Add(x, "rank", culprit->rank, "", "the rank that left or stopped first");
+  x.fix =
+      "Every rank must run the same collectives: a rank that returns or exits early (an "
+      "early stop on one rank, an exception caught on one rank, uneven data) leaves the others "
+      "blocked until the process group's timeout. Make the stop decision collective (all_reduce a "
+      "flag), give init_process_group a shorter timeout, and watch with `saturate watch`, which "
+      "names the rank and dumps its stack while the job hangs.";
+  out.push_back(std::move(x));
+  return out;
+}
+
+Result<DirAnalysis> AnalyzeDir(const std::string& dir, const doctor::AnalysisOptions& options) {
+  DirAnalysis out;
+  const doctor::AnalysisOptions all_options{.min_time_lost_pct = 0,
+                                            .assumed_mtbf_s = options.assumed_mtbf_s};
+  if (!IsJobDir(dir)) {
+    SATURATE_ASSIGN_OR_RETURN(out.run, doctor::LoadRun(dir));
+    out.warnings = out.run.warnings;
+    out.analysis = doctor::Analyze(out.run, options);
+    out.all_findings = doctor::Diagnose(out.run, out.analysis.features, all_options);
+    return out;
+  }
+  SATURATE_ASSIGN_OR_RETURN(Job job, LoadJob(dir));
+  out.warnings = job.warnings;
+  if (job.ranks.empty()) return Status::NotFound(dir + ": no rank folder could be read");
+  const std::vector<RankSteps> table = StepTable(job);
+  const std::optional<Straggler> straggler = FindStraggler(table);
+  out.run = std::move(job.ranks.front().run);  // the first rank: its own causes and its node
+  out.run.meta.dir = dir;
+  out.analysis = doctor::Analyze(out.run, options);
+  out.analysis.features.ranks = ViewOf(job, table, straggler);
+  const std::vector<doctor::Finding> extra =
+      DiagnoseRanks(table, straggler, out.analysis.features.duration_s,
+                    out.analysis.features.duration_s, out.run.meta.exit_code);
+  std::vector<doctor::Finding> found = out.analysis.findings;
+  found.insert(found.end(), extra.begin(), extra.end());
+  out.analysis.findings = doctor::RankFindings(std::move(found), options.min_time_lost_pct);
+  std::vector<doctor::Finding> all = doctor::Diagnose(out.run, out.analysis.features, all_options);
+  all.insert(all.end(), extra.begin(), extra.end());
+  out.all_findings = doctor::RankFindings(std::move(all), 0);
+  return out;
+}
+
+}  // namespace saturate::ranks

@@ -1,0 +1,102 @@
+// Cross-rank analysis of a Job: each rank's steps side by side, who the
+// others wait for and why, and the findings only a multi-rank view shows:
+// a straggler (its data path, compute, uneven batches, or rank-0-only work
+// such as checkpoints), and a rank that left or hung while the others
+// blocked (docs/ranks.md, docs/diagnosis.md "Ranks").
+//
+// Waiting for other ranks: in a step, a rank's sync time is its time in
+// blocking collectives, plus backward when a DistributedDataParallel model
+// all-reduces there. The rank that arrives last waits least, so each rank's
+// wait is its sync time minus the smallest one among the ranks at that step.
+// This needs no clock alignment: only durations are compared.
+//
+// StepTable() reads Runs; everything else is pure over its RankSteps, so the
+// rules are tested on synthetic tables. Thread-safety: reentrant functions.
+#ifndef SATURATE_RANKS_ANALYSIS_H_
+#define SATURATE_RANKS_ANALYSIS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "doctor/analysis.h"
+#include "ranks/job.h"
+
+namespace saturate::ranks {
+
+struct RankStep {
+  double start_s = 0;  // job axis
+  double dur_s = 0;
+  double data_wait_s = 0;   // DataLoader/loader waits of the training thread
+  double sync_s = 0;        // collectives (+ DDP backward)
+  double checkpoint_s = 0;  // blocking saves
+  double wait_s = 0;        // sync_s minus the step's smallest sync_s across ranks
+  int64_t samples = 0;      // in the step's batch, when recorded
+  int64_t elems = 0;
+};
+
+struct RankSteps {
+  int rank = 0;
+  int local_rank = 0;
+  std::string host;
+  std::vector<RankStep> steps;  // step i: from the i-th to the (i+1)-th mark
+  double last_event_s = 0;      // the rank's last recorded activity (job axis)
+  bool exited = false;          // its training process left normally (sys.exit included)
+  std::optional<int> exit_code;
+  double clock_offset_ms = 0;
+  std::string note;  // "rank directory missing", "no step marks", ...
+};
+
+// Who the others wait for.
+struct Straggler {
+  int rank = 0;
+  double others_wait_per_step_s = 0;  // the other ranks' mean wait per step
+  double wait_share = 0;              // of all waiting, the share in steps where it came last
+  double lost_s = 0;                  // summed waits of all ranks / world size
+  std::string reason;                 // "data_wait", "checkpoint", "uneven_batches", "compute"
+  double excess_per_step_s = 0;       // its extra time per step in `reason`, against the others
+  double elems_ratio = 0;             // its batch elements / the others' median (0: unknown)
+};
+
+// Per-rank step tables from the loaded ranks (missing ranks get a row with a
+// note), with waits filled in.
+std::vector<RankSteps> StepTable(const Job& job);
+
+// Fills each step's wait_s from the ranks' sync_s at that step.
+void ComputeWaits(std::vector<RankSteps>* table);
+
+// The rank the others wait for most, when the wait is worth naming: at least
+// 1 ms and 3% of the median step a step, and at least half of all waiting
+// happens in steps where that rank came last.
+std::optional<Straggler> FindStraggler(const std::vector<RankSteps>& table);
+
+// The heat map and table data for the report.
+doctor::RanksView ViewOf(const Job& job, const std::vector<RankSteps>& table,
+                         const std::optional<Straggler>& straggler);
+
+// Findings across ranks, with time lost as a share of `duration_s`: the
+// straggler (cause by its reason), and, in a job that failed (its exit code
+// or a rank's is not 0; unknown counts as failed), a stall at its end of at
+// least 5 s and 10 median steps: a rank left or hung while the others
+// blocked in their next collective (idle_allocation).
+std::vector<doctor::Finding> DiagnoseRanks(const std::vector<RankSteps>& table,
+                                           const std::optional<Straggler>& straggler,
+                                           double duration_s, double job_end_s,
+                                           std::optional<int> job_exit_code);
+
+// A run directory analysed the way doctor reports it: a single run as
+// doctor::Analyze does; a job as its first rank's analysis (with its node's
+// samples) plus the cross-rank findings and features.ranks. `all_findings`
+// are the findings before the min_time_lost_pct cut (for --fail-on gates).
+struct DirAnalysis {
+  doctor::Run run;
+  doctor::Analysis analysis;
+  std::vector<doctor::Finding> all_findings;
+  std::vector<std::string> warnings;
+};
+Result<DirAnalysis> AnalyzeDir(const std::string& dir, const doctor::AnalysisOptions& options);
+
+}  // namespace saturate::ranks
+
+#endif  // SATURATE_RANKS_ANALYSIS_H_

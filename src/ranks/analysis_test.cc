@@ -1,0 +1,158 @@
+#include "ranks/analysis.h"
+
+#include <gtest/gtest.h>
+
+#include "doctor/testing/run_builder.h"
+
+namespace saturate::ranks {
+namespace {
+
+using doctor::SpanKind;
+using doctor::testing::Phase;
+using doctor::testing::RunBuilder;
+
+// A DDP rank: its steps' phases (backward holds the all-reduce and the wait).
+doctor::Run Rank(const std::vector<Phase>& phases, int steps = 20) {
+  return RunBuilder().Counter("ddp", {{"grad_bytes", 1 << 20}}).Steps(steps, phases).Build();
+}
+
+Job JobOf(std::vector<doctor::Run> runs) {
+  Job job;
+  job.world_size = static_cast<int>(runs.size());
+  job.hosts = {"a", "b"};
+  job.clock.method = "collectives";
+  for (size_t r = 0; r < runs.size(); ++r) {
+    RankRun rr;
+    rr.rank = static_cast<int>(r);
+    rr.host = r < runs.size() / 2 ? "a" : "b";
+    rr.run = std::move(runs[r]);
+    job.ranks.push_back(std::move(rr));
+  }
+  return job;
+}
+
+const Phase kData{"data_wait", 0.005, SpanKind::kLoader};
+const Phase kForward{"forward", 0.010};
+
+TEST(StragglerTest, ASlowDataPathOnOneRankMakesTheOthersWait) {
+  // Ranks 0-2 wait 40 ms a step in backward for rank 3, whose data takes 45 ms.
+  const std::vector<Phase> fast = {kData, kForward, {"backward", 0.050}};
+  const std::vector<Phase> slow = {
+      {"data_wait", 0.045, SpanKind::kLoader}, kForward, {"backward", 0.010}};
+  const Job job = JobOf({Rank(fast), Rank(fast), Rank(fast), Rank(slow)});
+  const std::vector<RankSteps> table = StepTable(job);
+  ASSERT_EQ(table.size(), 4u);
+  ASSERT_EQ(table[0].steps.size(), 19u);  // the first mark opens the window
+  EXPECT_NEAR(table[0].steps[3].wait_s, 0.040, 1e-6);
+  EXPECT_NEAR(table[3].steps[3].wait_s, 0.0, 1e-9);
+
+  const std::optional<Straggler> s = FindStraggler(table);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->rank, 3);
+  EXPECT_EQ(s->reason, "data_wait");
+  EXPECT_NEAR(s->others_wait_per_step_s, 0.040, 1e-6);
+  EXPECT_NEAR(s->excess_per_step_s, 0.040, 1e-6);
+  EXPECT_DOUBLE_EQ(s->wait_share, 1.0);
+  EXPECT_NEAR(s->lost_s, 19 * 3 * 0.040 / 4, 1e-6);
+
+  const std::vector<doctor::Finding> f = DiagnoseRanks(table, s, 10.0, 10.0, 0);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "input_pipeline");
+  EXPECT_NE(f[0].title.find("Straggler: rank 3 (b)"), std::string::npos) << f[0].title;
+  EXPECT_NE(f[0].title.find("the other 3 ranks wait 40 ms a step"), std::string::npos);
+  EXPECT_EQ(f[0].evidence[0].key, "straggler_rank");
+  EXPECT_EQ(f[0].evidence[0].value, 3);
+
+  const doctor::RanksView v = ViewOf(job, table, s);
+  EXPECT_EQ(v.world_size, 4);
+  EXPECT_EQ(v.straggler, 3);
+  ASSERT_EQ(v.rows.size(), 4u);
+  EXPECT_EQ(v.rows[1].step_s.size(), 19u);
+  EXPECT_NEAR(v.rows[1].wait_s[5], 0.040, 1e-6);
+}
+
+TEST(StragglerTest, RankZeroCheckpointingIsRankZeroOnlyWork) {
+  const std::vector<Phase> saver = {
+      kData, kForward, {"backward", 0.010}, {"save", 0.060, SpanKind::kCheckpoint}};
+  const std::vector<Phase> waiter = {kData, kForward, {"backward", 0.070}};
+  const std::optional<Straggler> s =
+      FindStraggler(StepTable(JobOf({Rank(saver), Rank(waiter), Rank(waiter)})));
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->rank, 0);
+  EXPECT_EQ(s->reason, "checkpoint");
+  const std::vector<doctor::Finding> f =
+      DiagnoseRanks(StepTable(JobOf({Rank(saver), Rank(waiter), Rank(waiter)})), s, 10, 10, 0);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "checkpoint_stall");
+  EXPECT_NE(f[0].title.find("Rank-0-only work"), std::string::npos) << f[0].title;
+}
+
+TEST(StragglerTest, UnevenBatchesAreNamedWhenTheStragglerGetsMoreElements) {
+  const std::vector<Phase> even = {kData, kForward, {"backward", 0.060}};
+  const std::vector<Phase> heavy = {kData, {"forward", 0.060}, {"backward", 0.010}};
+  std::vector<doctor::Run> runs = {Rank(even), Rank(even), Rank(heavy)};
+  for (size_t r = 0; r < runs.size(); ++r) {
+    for (doctor::Span& span : runs[r].spans) {
+      if (span.name == "data_wait") span.args["elems"] = r == 2 ? 3 * 512 : 512;
+    }
+  }
+  const std::optional<Straggler> s = FindStraggler(StepTable(JobOf(std::move(runs))));
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->rank, 2);
+  EXPECT_EQ(s->reason, "uneven_batches");
+  EXPECT_NEAR(s->elems_ratio, 3.0, 1e-9);
+}
+
+TEST(StragglerTest, BalancedRanksHaveNone) {
+  const std::vector<Phase> same = {kData, kForward, {"backward", 0.020}};
+  const std::vector<RankSteps> table = StepTable(JobOf({Rank(same), Rank(same), Rank(same)}));
+  EXPECT_FALSE(FindStraggler(table));
+  EXPECT_TRUE(DiagnoseRanks(table, std::nullopt, 10, 10, 0).empty());
+}
+
+TEST(StragglerTest, SmallJitterIsNotAStraggler) {
+  // Each rank in turn comes last by 0.5 ms: no rank to name.
+  std::vector<RankSteps> table(3);
+  for (int r = 0; r < 3; ++r) {
+    table[r].rank = r;
+    for (int k = 0; k < 30; ++k) {
+      table[r].steps.push_back({.dur_s = 0.1, .sync_s = (k % 3 == r) ? 0.02 : 0.0205});
+    }
+  }
+  ComputeWaits(&table);
+  EXPECT_FALSE(FindStraggler(table));
+}
+
+TEST(DeadRankTest, ARankThatLeftWhileTheOthersBlockedIsNamed) {
+  std::vector<RankSteps> table(2);
+  for (int r = 0; r < 2; ++r) {
+    table[r].rank = r;
+    for (int k = 0; k < 10; ++k) table[r].steps.push_back({.start_s = 1 + 0.1 * k, .dur_s = 0.1});
+    table[r].last_event_s = 2.1;
+  }
+  table[1].exited = true;
+  const std::vector<doctor::Finding> f = DiagnoseRanks(table, std::nullopt, 30, 30, 1);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "idle_allocation");
+  EXPECT_NE(f[0].title.find("rank 1 exited normally after step 10"), std::string::npos)
+      << f[0].title;
+  EXPECT_NEAR(f[0].time_lost_s, (30 - 2.1) / 2, 1e-9);
+  // A job that ran to its end is not stalled; one that ended well only ended slowly.
+  EXPECT_TRUE(DiagnoseRanks(table, std::nullopt, 3, 3, 1).empty());
+  table[1].exited = false;
+  EXPECT_TRUE(DiagnoseRanks(table, std::nullopt, 30, 30, 0).empty());
+  table[1].exit_code = 1;  // a rank's task failed: the job did too
+  EXPECT_EQ(DiagnoseRanks(table, std::nullopt, 30, 30, 0).size(), 1u);
+}
+
+TEST(StepTableTest, AMissingRankGetsARowWithANote) {
+  Job job = JobOf({Rank({kData, kForward, {"backward", 0.02}})});
+  job.world_size = 2;
+  const std::vector<RankSteps> table = StepTable(job);
+  ASSERT_EQ(table.size(), 2u);
+  EXPECT_EQ(table[1].note, "rank directory missing");
+  EXPECT_TRUE(table[1].steps.empty());
+}
+
+}  // namespace
+}  // namespace saturate::ranks
