@@ -24,6 +24,8 @@ packages=(
   prometheus python3-prometheus-client
   # saturate doctor's test loads report.html in a real headless browser
   chromium
+  # multi-rank tests start a one-node Slurm cluster (scripts/slurm-cluster.sh)
+  slurm-wlm munge
 )
 
 missing=()

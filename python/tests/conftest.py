@@ -3,10 +3,16 @@
 - photos: an ImageFolder of 36 JPEGs of varying sizes in 3 classes.
 - digits: an IDX pair of 101 uint8[8, 8] "images" whose label is the record
   index mod 256, so a label identifies its sample (ranks, resume).
+
+And the second interpreter multi-rank tests need: torch2_python() (PyPI torch
+>= 2, whose torchrun works; Debian's torch 1.13 torchrun does not start under
+Python 3.11) and saturate_path(), an import path that adds only this saturate
+package to it.
 """
 
 import gzip
 import os
+import socket
 import struct
 import subprocess
 import sys
@@ -17,7 +23,9 @@ import pytest
 import saturate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
 DIGITS = 101
+TORCH2_DEFAULT = os.path.join(REPO, ".venv-torch2", "bin", "python")
 
 
 def write_idx(path, array):
@@ -96,3 +104,42 @@ def run_python(args, env=None, timeout=120, **kwargs):
         [sys.executable, *args], env=full_env, timeout=timeout, capture_output=True, text=True,
         **kwargs,
     )
+
+
+def torch2_python():
+    """The torch >= 2 interpreter for torchrun: $SATURATE_TORCH2_PYTHON (scripts/test.sh
+    sets it; a missing one fails), else REPO/.venv-torch2/bin/python (scripts/torch2-env.sh
+    makes it), else the test skips."""
+    path = os.environ.get("SATURATE_TORCH2_PYTHON")
+    if path:
+        assert os.access(path, os.X_OK), (
+            f"SATURATE_TORCH2_PYTHON={path} is not an executable; run scripts/torch2-env.sh")
+        return path
+    if not os.access(TORCH2_DEFAULT, os.X_OK):
+        pytest.skip(f"no torch 2 environment at {TORCH2_DEFAULT} (scripts/torch2-env.sh makes it; "
+                    "CI sets SATURATE_TORCH2_PYTHON)")
+    return TORCH2_DEFAULT
+
+
+def torchrun(python):
+    """torchrun of that interpreter's environment, as a command prefix."""
+    exe = os.path.join(os.path.dirname(python), "torchrun")
+    return [exe] if os.access(exe, os.X_OK) else [python, "-m", "torch.distributed.run"]
+
+
+def saturate_path(directory):
+    """A folder holding only a link to the saturate package this test imports, for
+    PYTHONPATH of another CPython of the same version (the torch 2 venv): it adds
+    saturate (with its compiled module) and nothing else of this environment."""
+    os.makedirs(directory, exist_ok=True)
+    link = os.path.join(directory, "saturate")
+    if not os.path.islink(link):
+        os.symlink(os.path.dirname(os.path.abspath(saturate.__file__)), link)
+    return str(directory)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
