@@ -96,6 +96,53 @@ std::string HealthyWords(const Features& f, double min_pct) {
   return text;
 }
 
+// ---- ranks of a job ------------------------------------------------------------
+
+// "data_wait" -> "data wait".
+std::string ReasonWords(const std::string& reason) {
+  std::string words = reason;
+  std::replace(words.begin(), words.end(), '_', ' ');
+  return words;
+}
+
+// The hosts of a job: the view's list, else those its rows name.
+size_t HostCount(const RanksView& v) {
+  if (!v.hosts.empty()) return v.hosts.size();
+  std::set<std::string> hosts;
+  for (const RankRow& r : v.rows) {
+    if (!r.host.empty()) hosts.insert(r.host);
+  }
+  return hosts.size();
+}
+
+// "4 on 2 hosts".
+std::string RanksCountWords(const RanksView& v) {
+  const size_t hosts = HostCount(v);
+  return std::to_string(v.world_size) + " on " + std::to_string(hosts) +
+         (hosts == 1 ? " host" : " hosts");
+}
+
+// "rank 3 is the straggler: the others wait 41 ms a step (data wait)"; empty without one.
+std::string StragglerWords(const RanksView& v) {
+  if (!v.straggler) return "";
+  std::string text = "rank " + std::to_string(*v.straggler) +
+                     " is the straggler: the others wait " + Seconds(v.others_wait_per_step_s) +
+                     " a step";
+  if (!v.straggler_reason.empty()) text += " (" + ReasonWords(v.straggler_reason) + ")";
+  return text;
+}
+
+// Whether clocks of several hosts were put on one axis (and so have a method to name).
+bool ClocksAligned(const RanksView& v) {
+  return HostCount(v) > 1 && !v.clock_method.empty() && v.clock_method != "none" &&
+         v.clock_method != "one host";
+}
+
+// "aligned by collectives, residual skew 0.4 ms".
+std::string ClockWords(const RanksView& v) {
+  return "aligned by " + v.clock_method + Format(", residual skew %.1f ms", v.residual_skew_ms);
+}
+
 // ---- the terminal summary ----------------------------------------------------
 
 constexpr size_t kColumns = 80;
@@ -216,6 +263,17 @@ std::string RenderSummary(const Run& run, const Analysis& analysis, bool color, 
   std::string out = Paint(color, "1", JoinWrapped(header)) + "\n";
   const std::vector<std::string> numbers = HeadlineNumbers(f);
   if (!numbers.empty()) out += JoinWrapped(numbers) + "\n";
+  if (f.ranks.world_size > 0) {
+    std::string ranks = "ranks: " + RanksCountWords(f.ranks);
+    if (f.ranks.straggler) ranks += "; " + StragglerWords(f.ranks);
+    out += Wrap(ranks, 0, 2) + "\n";
+    if (ClocksAligned(f.ranks)) {
+      out += Wrap("clocks: " + ClockWords(f.ranks), 0, 2) + "\n";
+    } else if (HostCount(f.ranks) > 1) {
+      out += Wrap("clocks: not aligned across hosts (times are as each host's clock reads)", 0, 2) +
+             "\n";
+    }
+  }
   if (f.steps == 0) {
     out += "no step data: no optimizer step or saturate.step() mark was recorded\n";
   }
@@ -547,6 +605,247 @@ std::string IdleGapChart(const Features& features) {
   return Figure("idle-gaps", caption, svg, note);
 }
 
+// ---- ranks: heat maps and table ----------------------------------------------
+
+// More steps than this are binned, so a long run's heat map stays small;
+// a job of many ranks gets fewer columns, at most kMaxHeatCells cells in all.
+constexpr size_t kMaxHeatColumns = 200;
+constexpr size_t kMaxHeatCells = 12000;
+constexpr size_t kMinHeatColumns = 12;
+
+size_t HeatColumns(size_t rows) {
+  return std::clamp(kMaxHeatCells / std::max<size_t>(rows, 1), kMinHeatColumns, kMaxHeatColumns);
+}
+
+// A sequential scale (ColorBrewer YlOrRd), light for 0 to dark for 1.
+std::string HeatColor(double t) {
+  constexpr int kStops[][3] = {
+      {255, 255, 204}, {254, 217, 118}, {253, 141, 60}, {227, 26, 28}, {128, 0, 38}};
+  constexpr size_t kLast = std::size(kStops) - 1;
+  const double at = std::clamp(std::isfinite(t) ? t : 0.0, 0.0, 1.0) * double(kLast);
+  const size_t i = std::min(size_t(at), kLast - 1);
+  const double w = at - double(i);
+  char buf[8];
+  std::snprintf(buf, sizeof(buf), "#%02x%02x%02x",
+                int(std::lround(kStops[i][0] + (kStops[i + 1][0] - kStops[i][0]) * w)),
+                int(std::lround(kStops[i][1] + (kStops[i + 1][1] - kStops[i][1]) * w)),
+                int(std::lround(kStops[i][2] + (kStops[i + 1][2] - kStops[i][2]) * w)));
+  return buf;
+}
+
+// A cell's seconds: "0.123 s", "1.23 s", "0.0004 s".
+std::string CellSeconds(double s) { return Format("%.3g s", s); }
+
+// The means of consecutive runs of `per_column` values (the last run may be shorter).
+std::vector<double> BinMeans(const std::vector<double>& values, size_t per_column) {
+  std::vector<double> out;
+  for (size_t begin = 0; begin < values.size(); begin += per_column) {
+    const size_t end = std::min(values.size(), begin + per_column);
+    double sum = 0;
+    for (size_t i = begin; i < end; ++i) sum += values[i];
+    out.push_back(sum / double(end - begin));
+  }
+  return out;
+}
+
+double Mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / double(v.size());
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  if (v.size() % 2 == 1) return v[mid];
+  return (v[mid] + *std::max_element(v.begin(), v.begin() + mid)) / 2;
+}
+
+bool IsStraggler(const RanksView& view, const RankRow& row) {
+  return view.straggler && *view.straggler == row.rank;
+}
+
+// The most steps any rank recorded in `values`.
+size_t MostSteps(const RanksView& view, std::vector<double> RankRow::*values) {
+  size_t most = 0;
+  for (const RankRow& r : view.rows) most = std::max(most, (r.*values).size());
+  return most;
+}
+
+// Words for the two ends of a heat map's scale: {"fastest", "slowest"}.
+struct ScaleWords {
+  const char* low;
+  const char* high;
+};
+
+// A rank x step heat map of `values` (RankRow::step_s, data_wait_s or
+// wait_s): one row per rank, one column per step, or per run of consecutive
+// steps (their mean) when there are more than HeatColumns(); the colour
+// runs from the smallest cell to the largest, with a legend of both.
+std::string RankHeatMap(const RanksView& view, std::vector<double> RankRow::*values,
+                        const std::string& id, const std::string& caption, const std::string& what,
+                        ScaleWords words) {
+  const size_t most = MostSteps(view, values);
+  const size_t max_columns = HeatColumns(view.rows.size());
+  const size_t per_column = std::max<size_t>(1, (most + max_columns - 1) / max_columns);
+  std::vector<std::vector<double>> cells;
+  double lo = 0, hi = 0;
+  bool any = false;
+  for (const RankRow& r : view.rows) {
+    cells.push_back(BinMeans(r.*values, per_column));
+    for (double v : cells.back()) {
+      lo = any ? std::min(lo, v) : v;
+      hi = any ? std::max(hi, v) : v;
+      any = true;
+    }
+  }
+  const size_t n = view.rows.size();
+  // Rows shrink for large jobs; below 12 units only every k-th row (and the straggler) is named.
+  const double row_h = n <= 40 ? 18.0 : std::max(3.0, 720.0 / double(n));
+  const size_t label_every = row_h >= 12 ? 1 : size_t(std::ceil(12.0 / row_h));
+  Frame f;
+  f.left = 240;
+  f.top = 34;  // the scale's legend
+  f.height = f.top + f.bottom + row_h * double(n);
+  const size_t columns = std::max<size_t>(1, (most + per_column - 1) / per_column);
+  f.x_max = double(columns * per_column);    // in steps: column c spans [c, c + 1) * per_column
+  f.y_max = double(std::max<size_t>(n, 1));  // row i spans [n-i-1, n-i]
+  std::string svg = SvgOpen(f, caption);
+  std::string body;
+  for (size_t i = 0; i < n; ++i) {
+    const RankRow& r = view.rows[i];
+    const double row = f.y_max - double(i) - 0.5;
+    const bool straggler = IsStraggler(view, r);
+    if (straggler || i % label_every == 0) {
+      std::string label = "rank " + std::to_string(r.rank);
+      if (!r.host.empty()) label += " · " + Truncate(r.host, straggler ? 16 : 24);
+      if (straggler) label += " · straggler";
+      body += SvgText(f.left - 8, f.Y(row) + 4, "end", label, straggler ? "value" : "");
+    }
+    if (cells[i].empty()) {
+      body +=
+          SvgText(f.left + 6, f.Y(row) + 4, "start", r.note.empty() ? "no steps recorded" : r.note);
+      continue;
+    }
+    for (size_t c = 0; c < cells[i].size(); ++c) {
+      const double v = cells[i][c];
+      const size_t first = c * per_column + 1, last = std::min((c + 1) * per_column, most);
+      const std::string steps = per_column == 1 ? "step " + std::to_string(first)
+                                                : "steps " + std::to_string(first) + "–" +
+                                                      std::to_string(last) + " (mean)";
+      // RowBar fills 64% of the height it is given; a cell fills 90% of its row.
+      body +=
+          RowBar(f, row, row_h / 0.64 * 0.9, double(c * per_column), double((c + 1) * per_column),
+                 0.5, HeatColor(hi > lo ? (v - lo) / (hi - lo) : 0),
+                 "rank " + std::to_string(r.rank) + ", " + steps + ": " + CellSeconds(v));
+    }
+  }
+  // The scale: swatches from the low end to the high end, centred above the plot.
+  constexpr int kSwatches = 10;
+  constexpr double kSwatchW = 18;
+  const double mid = (f.left + f.width - f.right) / 2, x0 = mid - kSwatches * kSwatchW / 2;
+  std::string scale = SvgText(x0 - 6, 18, "end", std::string(words.low) + " " + CellSeconds(lo));
+  for (int k = 0; k < kSwatches; ++k) {
+    scale += "<rect x=\"" + Num(x0 + k * kSwatchW) + "\" y=\"8\" width=\"" + Num(kSwatchW) +
+             "\" height=\"12\" fill=\"" + HeatColor(double(k) / (kSwatches - 1)) + "\"/>";
+  }
+  scale += SvgText(x0 + kSwatches * kSwatchW + 6, 18, "start", CellSeconds(hi) + " " + words.high);
+  std::vector<Tick> ticks;
+  for (double step : NiceTicks(1, double(std::max<size_t>(most, 1)), 8)) {
+    if (step >= 1) ticks.push_back({step - 0.5, Format("%.0f", step)});
+  }
+  svg += Axis(f, Side::kBottom, ticks, false,
+              per_column == 1 ? "step" : "step (" + std::to_string(per_column) + " per column)");
+  svg += scale + body + "</svg>\n";
+  std::string note;
+  if (!any) note = "no " + what + " recorded";
+  return Figure(id, caption, svg, note);
+}
+
+// The exit column: the note, else the exit code, and "left early" for a
+// rank that ended with fewer steps than the most any rank took.
+std::string ExitWords(const RankRow& r, size_t most_steps) {
+  if (!r.note.empty()) return r.note;
+  std::string words = r.exit_code ? std::to_string(*r.exit_code) : r.exited ? "exited" : "—";
+  if ((r.exited || r.exit_code) && r.step_s.size() < most_steps) words += ", left early";
+  return words;
+}
+
+std::string RanksTable(const RanksView& view) {
+  const size_t most = MostSteps(view, &RankRow::step_s);
+  std::string html =
+      "<table class=\"ranks\">\n<thead><tr><th class=\"num\">rank</th><th>host</th><th "
+      "class=\"num\">steps</th><th class=\"num\">median step s</th><th class=\"num\">mean data "
+      "wait s</th><th class=\"num\">mean wait for others s</th><th class=\"num\">clock offset "
+      "ms</th><th>exit</th></tr></thead>\n<tbody>\n";
+  auto seconds = [](const std::vector<double>& v, double s) {
+    return v.empty() ? std::string("—") : Format("%.3f", s);
+  };
+  for (const RankRow& r : view.rows) {
+    const std::string offset =
+        r.step_s.empty() && !r.note.empty() ? "—" : Format("%.1f", r.clock_offset_ms);
+    std::string rank = std::to_string(r.rank);
+    if (IsStraggler(view, r)) rank = "<b>" + rank + "</b> straggler";
+    html += "<tr><td class=\"num\">" + rank + "</td><td class=\"mono\">" + HtmlEscape(r.host) +
+            "</td><td class=\"num\">" + std::to_string(r.step_s.size()) +
+            "</td><td class=\"num\">" + seconds(r.step_s, Median(r.step_s)) +
+            "</td><td class=\"num\">" + seconds(r.data_wait_s, Mean(r.data_wait_s)) +
+            "</td><td class=\"num\">" + seconds(r.wait_s, Mean(r.wait_s)) +
+            "</td><td class=\"num\">" + offset + "</td><td>" + HtmlEscape(ExitWords(r, most)) +
+            "</td></tr>\n";
+  }
+  return html + "</tbody>\n</table>\n";
+}
+
+// The job as its ranks: who ran where, how clocks were put on one axis, the
+// straggler, then rank x step heat maps and a row per rank.
+std::string RanksSection(const RanksView& view) {
+  constexpr size_t kHostsNamed = 8;
+  std::string hosts;
+  for (size_t i = 0; i < std::min(view.hosts.size(), kHostsNamed); ++i) {
+    hosts += (i == 0 ? "" : ", ") + view.hosts[i];
+  }
+  if (view.hosts.size() > kHostsNamed) {
+    hosts += " and " + std::to_string(view.hosts.size() - kHostsNamed) + " more";
+  }
+  std::string text = std::to_string(view.world_size) + " ranks on " +
+                     std::to_string(HostCount(view)) + (HostCount(view) == 1 ? " host" : " hosts");
+  if (!hosts.empty()) text += " (" + hosts + ")";
+  if (ClocksAligned(view)) {
+    text += "; clocks " + ClockWords(view);
+  } else if (HostCount(view) > 1) {
+    text += "; clocks not aligned across hosts (times are as each host's clock reads)";
+  }
+  text += ".";
+  if (view.straggler) {
+    std::string straggler = StragglerWords(view);
+    straggler[0] = 'R';
+    text += " " + straggler + ".";
+  } else {
+    text += " No rank held the others back.";
+  }
+  std::string html =
+      "<section id=\"ranks\" aria-labelledby=\"ranks-h\">\n<h2 id=\"ranks-h\">Ranks</h2>\n"
+      "<p>" +
+      HtmlEscape(text) + "</p>\n";
+  html += RankHeatMap(view, &RankRow::step_s, "rank-steps", "Step time, rank by step", "step time",
+                      {"fastest", "slowest"});
+  if (MostSteps(view, &RankRow::data_wait_s) > 0) {
+    html += RankHeatMap(view, &RankRow::data_wait_s, "rank-data-wait",
+                        "Data wait per step, rank by step", "data wait", {"least", "most"});
+  }
+  const bool waits = std::any_of(view.rows.begin(), view.rows.end(), [](const RankRow& r) {
+    return std::any_of(r.wait_s.begin(), r.wait_s.end(), [](double s) { return s > 0; });
+  });
+  if (waits) {
+    html += RankHeatMap(view, &RankRow::wait_s, "rank-wait",
+                        "Waiting for the other ranks per step, rank by step", "wait",
+                        {"least", "most"});
+  }
+  return html + RanksTable(view) + "</section>\n";
+}
+
 // ---- the page ----------------------------------------------------------------
 
 std::string UtcTime(int64_t unix_ns) {
@@ -755,6 +1054,7 @@ std::string RenderHtml(const Run& run, const Analysis& analysis) {
       "<section id=\"findings\" aria-labelledby=\"findings-h\">\n<h2 id=\"findings-h\">"
       "Findings, by time lost</h2>\n" +
       FindingsTable(analysis) + "</section>\n";
+  if (f.ranks.world_size > 0) html += RanksSection(f.ranks);
   html +=
       "<section id=\"charts\" aria-labelledby=\"charts-h\">\n<h2 id=\"charts-h\">Charts</h2>\n" +
       TimelineChart(run, analysis) + PhaseChart(f) + WaterfallChart(f) + IdleGapChart(f) +

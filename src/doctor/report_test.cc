@@ -249,6 +249,187 @@ TEST(ReportHtml, HealthyRunSaysSo) {
   EXPECT_EQ(html.find("<table class=\"findings\">"), std::string::npos);
 }
 
+// ---- Ranks ------------------------------------------------------------------
+
+// The HTML of the figure with id `id` (empty when there is none).
+std::string FigureHtml(const std::string& html, const std::string& id) {
+  const size_t begin = html.find("<figure id=\"" + id + "\">");
+  if (begin == std::string::npos) return "";
+  return html.substr(begin, html.find("</figure>", begin) - begin);
+}
+
+Analysis RanksAnalysis(int steps = 30) {
+  Analysis analysis = SyntheticAnalysis();
+  analysis.features.ranks = testing::SyntheticRanks(steps);
+  return analysis;
+}
+
+TEST(ReportRanks, SectionAfterTheFindingsSaysWhoRanWhere) {
+  const std::string html = RenderHtml(SyntheticRun(), RanksAnalysis());
+  const size_t findings = html.find("<section id=\"findings\"");
+  const size_t ranks = html.find("<section id=\"ranks\"");
+  const size_t charts = html.find("<section id=\"charts\"");
+  ASSERT_NE(ranks, std::string::npos);
+  EXPECT_LT(findings, ranks);
+  EXPECT_LT(ranks, charts);
+  EXPECT_NE(
+      html.find("<p>4 ranks on 2 hosts (gpu-box-7, gpu-box-8); clocks aligned by "
+                "collectives, residual skew 0.4 ms. Rank 2 is the straggler: the others wait 41 "
+                "ms a step (data wait).</p>"),
+      std::string::npos)
+      << html.substr(ranks, 600);
+  // Three heat maps (step time, data wait, waiting for the others) beside the four charts.
+  EXPECT_EQ(Count(html, "<svg "), 7u);
+  EXPECT_EQ(Count(html, "<svg "), Count(html, "</svg>"));
+}
+
+TEST(ReportRanks, HeatMapHasARowPerRankAndACellPerStep) {
+  const std::string html = RenderHtml(SyntheticRun(), RanksAnalysis());
+  const std::string steps = FigureHtml(html, "rank-steps");
+  ASSERT_FALSE(steps.empty());
+  EXPECT_NE(steps.find(">rank 0 · gpu-box-7</text>"), std::string::npos) << steps;
+  EXPECT_NE(steps.find(">rank 1 · gpu-box-7</text>"), std::string::npos);
+  EXPECT_NE(steps.find(">rank 3 · gpu-box-8</text>"), std::string::npos);
+  // The straggler's label is bold and says so.
+  EXPECT_NE(steps.find("class=\"value\">rank 2 · gpu-box-8 · straggler</text>"), std::string::npos);
+  // 30 + 30 + 27 cells (rank 2 left early), none for the missing rank, which says why.
+  EXPECT_EQ(Count(steps, "<title>rank 0, step "), 30u);
+  EXPECT_EQ(Count(steps, "<title>rank 2, step "), 27u);
+  EXPECT_EQ(Count(steps, "<title>rank 3, "), 0u);
+  EXPECT_NE(steps.find(">rank directory missing</text>"), std::string::npos);
+  EXPECT_NE(steps.find("<title>rank 0, step 1: 0.161 s</title>"), std::string::npos);
+  EXPECT_NE(steps.find("<title>rank 2, step 1: 0.164 s</title>"), std::string::npos);
+  // The scale's ends: the fastest and the slowest cell.
+  EXPECT_NE(steps.find(">fastest 0.161 s</text>"), std::string::npos);
+  EXPECT_NE(steps.find(">0.17 s slowest</text>"), std::string::npos);
+  EXPECT_EQ(Count(steps, "<rect"), 87u + 10u);  // cells and the scale's swatches
+  // The same shape for data wait and for waiting on the others.
+  const std::string data_wait = FigureHtml(html, "rank-data-wait");
+  EXPECT_EQ(Count(data_wait, "<title>rank 1, step "), 30u);
+  EXPECT_NE(data_wait.find("<title>rank 2, step 2: 0.047 s</title>"), std::string::npos);
+  const std::string wait = FigureHtml(html, "rank-wait");
+  EXPECT_EQ(Count(wait, "<title>rank 1, step "), 30u);
+  EXPECT_NE(wait.find("<title>rank 0, step 2: 0.042 s</title>"), std::string::npos);
+}
+
+TEST(ReportRanks, NoWaitMapWhenNoRankWaited) {
+  Analysis analysis = RanksAnalysis();
+  for (RankRow& r : analysis.features.ranks.rows) std::fill(r.wait_s.begin(), r.wait_s.end(), 0);
+  const std::string html = RenderHtml(SyntheticRun(), analysis);
+  EXPECT_FALSE(FigureHtml(html, "rank-data-wait").empty());
+  EXPECT_TRUE(FigureHtml(html, "rank-wait").empty());
+}
+
+TEST(ReportRanks, TableHasARowPerRankWithTheMissingOne) {
+  const std::string html = RenderHtml(SyntheticRun(), RanksAnalysis());
+  const size_t table = html.find("<table class=\"ranks\">");
+  ASSERT_NE(table, std::string::npos);
+  const std::string t = html.substr(table, html.find("</table>", table) - table);
+  EXPECT_EQ(Count(t, "<tr>"), 5u);  // header and four ranks
+  EXPECT_NE(t.find("<td class=\"num\">0</td><td class=\"mono\">gpu-box-7</td><td "
+                   "class=\"num\">30</td><td class=\"num\">0.163</td><td "
+                   "class=\"num\">0.001</td><td class=\"num\">0.042</td><td "
+                   "class=\"num\">0.0</td><td>0</td>"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("<b>2</b> straggler"), std::string::npos);
+  EXPECT_NE(t.find("<td class=\"num\">-12.5</td><td>0, left early</td>"), std::string::npos);
+  EXPECT_NE(t.find("<td class=\"num\">0</td><td class=\"num\">—</td><td "
+                   "class=\"num\">—</td><td class=\"num\">—</td><td class=\"num\">—</td>"
+                   "<td>rank directory missing</td>"),
+            std::string::npos);
+}
+
+TEST(ReportRanks, EscapesHostNames) {
+  Analysis analysis = RanksAnalysis();
+  RanksView& v = analysis.features.ranks;
+  v.hosts[0] = "<evil&host>";
+  v.rows[0].host = "<evil&host>";
+  v.rows[3].note = kHostile;
+  v.straggler_reason = kHostile;
+  v.clock_method = kHostile;
+  const std::string html = RenderHtml(SyntheticRun(), analysis);
+  EXPECT_EQ(html.find("<evil"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  // The sentence, a label in each of the three heat maps, the table.
+  EXPECT_GE(Count(html, "&lt;evil&amp;host&gt;"), 5u);
+  EXPECT_NE(html.find(">rank 0 · &lt;evil&amp;host&gt;</text>"), std::string::npos);
+}
+
+TEST(ReportRanks, LongRunsAreBinned) {
+  const std::string html = RenderHtml(SyntheticRun(), RanksAnalysis(1000));
+  const std::string steps = FigureHtml(html, "rank-steps");
+  const size_t per_row = Count(steps, "<title>rank 0, steps ");
+  EXPECT_GT(per_row, 0u);
+  EXPECT_LE(per_row, 200u);
+  EXPECT_EQ(Count(steps, "<title>rank 0, step "), 0u);  // no unbinned cells
+  EXPECT_NE(steps.find("<title>rank 0, steps 1–5 (mean): "), std::string::npos) << steps;
+  EXPECT_NE(steps.find("<title>rank 0, steps 996–1000 (mean): "), std::string::npos);
+  EXPECT_NE(steps.find("step (5 per column)"), std::string::npos);
+  EXPECT_LT(html.size(), 400'000u);
+}
+
+TEST(ReportRanks, ManyRanksGetFewerColumns) {
+  Analysis analysis = RanksAnalysis(1000);
+  RanksView& v = analysis.features.ranks;
+  v.world_size = 512;
+  v.hosts.clear();
+  for (int r = 3; r < 512; ++r) {
+    RankRow row = v.rows[r % 2];
+    row.rank = r;
+    row.host = "node-" + std::to_string(r / 8);
+    v.rows.push_back(row);
+  }
+  for (int h = 0; h < 64; ++h) v.hosts.push_back("node-" + std::to_string(h));
+  const std::string html = RenderHtml(SyntheticRun(), analysis);
+  const std::string steps = FigureHtml(html, "rank-steps");
+  // 12000 cells at most: 23 columns of 1000 steps for 512 ranks.
+  EXPECT_LE(Count(steps, "<title>rank 0, steps "), 12000u / 512u);
+  EXPECT_LE(Count(steps, "<title>rank "), 12000u);
+  EXPECT_NE(html.find("512 ranks on 64 hosts (node-0, node-1, node-2, node-3, node-4, node-5, "
+                      "node-6, node-7 and 56 more)"),
+            std::string::npos);
+  EXPECT_LT(html.size(), 6'000'000u);
+}
+
+TEST(ReportRanks, SummarySaysRanksStragglerAndClocks) {
+  const std::string summary = RenderSummary(SyntheticRun(), RanksAnalysis());
+  const std::vector<std::string> lines = Lines(summary);
+  ASSERT_GE(lines.size(), 5u);
+  EXPECT_EQ(lines[2],
+            "ranks: 4 on 2 hosts; rank 2 is the straggler: the others wait 41 ms a step (data");
+  EXPECT_EQ(lines[3], "  wait)");
+  EXPECT_EQ(lines[4], "clocks: aligned by collectives, residual skew 0.4 ms");
+  EXPECT_EQ(lines[5], "");
+  for (const std::string& line : lines) EXPECT_LE(Columns(line), 80u) << line;
+
+  // One host, no straggler: no clock line.
+  Analysis one = RanksAnalysis();
+  one.features.ranks.hosts = {"gpu-box-7"};
+  one.features.ranks.straggler.reset();
+  one.features.ranks.clock_method = "none";
+  const std::vector<std::string> short_lines = Lines(RenderSummary(SyntheticRun(), one));
+  EXPECT_EQ(short_lines[2], "ranks: 4 on 1 host");
+  EXPECT_EQ(short_lines[3], "");
+
+  // Two hosts whose clocks could not be aligned: said, in the summary and the page.
+  Analysis unaligned = RanksAnalysis();
+  unaligned.features.ranks.clock_method = "none";
+  const std::vector<std::string> unaligned_lines = Lines(RenderSummary(SyntheticRun(), unaligned));
+  EXPECT_EQ(unaligned_lines[4],
+            "clocks: not aligned across hosts (times are as each host's clock reads)");
+  EXPECT_NE(RenderHtml(SyntheticRun(), unaligned)
+                .find("; clocks not aligned across hosts (times are as each host&#39;s clock "
+                      "reads)."),
+            std::string::npos);
+}
+
+TEST(ReportRanks, SingleRankReportHasNoRanks) {
+  const std::string html = RenderHtml(SyntheticRun(), SyntheticAnalysis());
+  EXPECT_EQ(html.find("id=\"ranks\""), std::string::npos);
+  EXPECT_EQ(RenderSummary(SyntheticRun(), SyntheticAnalysis()).find("ranks:"), std::string::npos);
+}
+
 // ---- RenderSummary ----------------------------------------------------------
 
 TEST(ReportSummary, ListsFindingsWithTimeAndFix) {

@@ -8,8 +8,10 @@
 //    file, which a process killed mid-write may have left torn: it is skipped
 //    and counted.
 //  * Readers: find and read RUN/spans-*.jsonl, RUN/samples.jsonl and
-//    RUN/meta.json.
-//  * ChromeTrace(): a pure function from parsed events to the trace JSON.
+//    RUN/meta.json; for a job (RUN/rank-<r>/ folders, docs/ranks.md), every
+//    rank's spans files and every node's samples.
+//  * ChromeTrace() and ChromeJobTrace(): pure functions from parsed events to
+//    the trace JSON.
 //
 // Formats: docs/trace.md (spans) and docs/watch.md (samples, meta.json).
 // Ownership: every type is a plain value. Thread-safety: all functions are
@@ -50,6 +52,11 @@ struct SpanFileEvent {
   // trace library) and the writer's own description of what it captured.
   std::string source;
   nlohmann::json auto_info;  // meta "auto" object, null when absent
+  // Meta lines: CLOCK_REALTIME read with ts_ns (0 when absent), which places
+  // the file's monotonic times on the wall clock; and, for one rank of a job,
+  // {"rank", "local_rank", "world_size", "host", "launcher"} (docs/ranks.md).
+  int64_t unix_ns = 0;
+  nlohmann::json rank_info;
 };
 
 struct SpansFile {
@@ -100,6 +107,8 @@ struct ExportSummary {
   size_t steps = 0;
   size_t counters = 0;
   size_t samples = 0;
+  size_t ranks = 0;  // a job's ranks with spans files (0 for a single run)
+  size_t nodes = 0;  // a job's nodes with samples
   std::vector<std::string> notes;
 };
 
@@ -112,8 +121,75 @@ struct ExportSummary {
 inline constexpr int64_t kWatchPid = 2147483646;
 nlohmann::json ChromeTrace(const RunTrace& run, ExportSummary* summary = nullptr);
 
-// ReadRunTrace + ChromeTrace, written to `out_path` atomically.
-Result<ExportSummary> ExportChromeTrace(const std::string& run_dir, const std::string& out_path);
+// ---- Jobs: many ranks, many nodes (docs/ranks.md) --------------------------
+
+// The spans files of one rank, RUN/rank-<r>/spans-*.jsonl (its training
+// process and the processes it forked); or, with rank -1, those beside the
+// rank folders, of processes that are no rank (the launcher).
+struct RankTrace {
+  int rank = -1;
+  std::string host;  // from the meta lines' "rank", task.json, or meta.json; may be empty
+  std::vector<SpansFile> spans_files;  // by file name
+};
+
+// One node's samples: RUN/samples.jsonl (saturate wrapped the launcher),
+// RUN/node-<host>/samples.jsonl (saturate ran inside each task), or those of
+// a per-node run directory gathered under RUN.
+struct NodeSamples {
+  std::string host;
+  std::string dir;  // for messages
+  // meta.json's start_unix_ns: the wall-clock time the samples' t_ns count from.
+  int64_t start_unix_ns = 0;
+  UtilSamples util;
+};
+
+struct JobTrace {
+  std::vector<RankTrace> ranks;    // by rank; only ranks with spans files
+  std::vector<RankTrace> others;   // rank -1, one per directory that holds rank folders
+  std::vector<NodeSamples> nodes;  // by host
+  std::vector<std::string> notes;  // what was skipped, for the user
+};
+
+// Whether `run_dir` holds a job: a RUN/rank-<r>/ or RUN/*/rank-<r>/ folder.
+bool IsJobDir(const std::string& run_dir);
+
+// Reads a job: RUN/rank-<r>/ folders and the node samples at RUN/ or in
+// RUN/node-<host>/, and the same in every RUN/*/ that holds rank folders
+// (per-node run directories gathered under one parent). A rank folder
+// without spans files, and samples without meta.json's start_unix_ns, are
+// skipped with a note. NotFound when no rank has spans and no node samples.
+Result<JobTrace> ReadJobTrace(const std::string& run_dir);
+
+// Synthetic Chrome process ids of a job trace: ranks, then the processes of
+// no rank, then the nodes. Stable: a rank's pid depends on its number alone.
+inline constexpr int64_t kRankPidBase = 1000000;
+inline constexpr int64_t kOtherPidBase = 1500000;
+inline constexpr int64_t kNodePidBase = 2000000;
+
+// A job as one Chrome trace on one time axis:
+//  * one process per rank, "rank R · HOST" (pid kRankPidBase + R,
+//    process_sort_index R), holding the spans, step marks and counters of
+//    all its processes; threads keep their kernel tids and are named
+//    "pid P tid T", so DataLoader workers stay apart; a counter written by
+//    several processes of a rank gets a track per process (" · pid P");
+//  * one process per directory of processes that are no rank, "not a rank
+//    · HOST", sorted after the ranks;
+//  * one process per node, "HOST · GPUs and host", sorted last, with the
+//    "host cpu %" and "gpu N util %" tracks of its samples.
+// A spans event sits at its wall-clock time ts_ns - meta.ts_ns + meta.unix_ns
+// (the file's last meta line before it with both), a sample at
+// meta.json's start_unix_ns + t_ns, each plus `host_offset_ns` of its host
+// (nanoseconds added to that host's clock; hosts not named: 0). Events of a
+// file before any meta line with unix_ns cannot be placed: left out, with a
+// note. Times count from the earliest event.
+nlohmann::json ChromeJobTrace(const JobTrace& job,
+                              const std::map<std::string, int64_t>& host_offset_ns = {},
+                              ExportSummary* summary = nullptr);
+
+// ReadRunTrace + ChromeTrace, or for a job dir (IsJobDir) ReadJobTrace +
+// ChromeJobTrace with `host_offset_ns`, written to `out_path` atomically.
+Result<ExportSummary> ExportChromeTrace(const std::string& run_dir, const std::string& out_path,
+                                        const std::map<std::string, int64_t>& host_offset_ns = {});
 
 }  // namespace saturate::trace
 

@@ -1,7 +1,11 @@
 // saturate trace export RUN [--chrome OUT.json]: a run directory's spans (and
 // its utilization samples) as Chrome trace JSON, for https://ui.perfetto.dev
-// or chrome://tracing. The conversion lives in src/trace/export.h.
+// or chrome://tracing; a job's (RUN/rank-<r>/) as one process per rank and
+// per node on one time axis. The conversion lives in src/trace/export.h.
+#include <cstdint>
 #include <iostream>
+#include <map>
+#include <string>
 
 #include "cli.h"
 #include "trace/export.h"
@@ -17,7 +21,10 @@ struct TraceExportFlags {
 
 int RunTraceExport(const TraceExportFlags& f) {
   const std::string out = f.chrome.empty() ? f.run_dir + "/trace.json" : f.chrome;
-  auto summary = trace::ExportChromeTrace(f.run_dir, out);
+  // A job's per-host clock corrections (ns added to each host's clock; docs/ranks.md).
+  // Empty: every spans file and node is placed by its own wall clock.
+  const std::map<std::string, int64_t> host_offset_ns;
+  auto summary = trace::ExportChromeTrace(f.run_dir, out, host_offset_ns);
   if (!summary.ok()) return ReportError("trace export", summary.status());
   for (const std::string& note : summary->notes)
     std::cerr << "saturate trace export: " << note << "\n";
@@ -25,7 +32,9 @@ int RunTraceExport(const TraceExportFlags& f) {
     std::cout << out << ": " << summary->spans << " spans, " << summary->steps << " step marks, "
               << summary->counters << " counter records from " << summary->files
               << " spans file(s)";
+    if (summary->ranks > 0) std::cout << " of " << summary->ranks << " rank(s)";
     if (summary->samples > 0) std::cout << ", " << summary->samples << " utilization samples";
+    if (summary->nodes > 0) std::cout << " of " << summary->nodes << " node(s)";
     std::cout << "\nopen it in https://ui.perfetto.dev (or chrome://tracing)\n";
   }
   return kExitOk;
@@ -42,7 +51,7 @@ void RegisterTrace(CLI::App& app, int* exit_code) {
   CLI::App* exp = cmd->add_subcommand(
       "export",
       "Write a run's spans, step marks, loader counters and host/GPU utilization as Chrome "
-      "trace JSON.\n"
+      "trace JSON (a job with RUN/rank-<r>/ folders: one process per rank and per node).\n"
       "  saturate trace export runs/exp1 --chrome exp1.json   # then open it in "
       "https://ui.perfetto.dev");
   exp->add_option("RUN", f->run_dir, "Run directory")->required();

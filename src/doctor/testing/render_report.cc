@@ -3,7 +3,7 @@
 // terminal summary. One command-line argument carries a <script> element so
 // the browser test can check that nothing from the run becomes markup.
 //
-// usage: render_report OUT.html [--healthy]
+// usage: render_report OUT.html [--healthy | --ranks]   (--ranks: a 4-rank job)
 #include <cstdio>
 #include <cstring>
 
@@ -13,14 +13,17 @@
 
 int main(int argc, char** argv) {
   using namespace saturate::doctor;
-  if (argc < 2 || argc > 3 || (argc == 3 && std::strcmp(argv[2], "--healthy") != 0)) {
-    std::fprintf(stderr, "usage: render_report OUT.html [--healthy]\n");
+  const bool healthy = argc == 3 && std::strcmp(argv[2], "--healthy") == 0;
+  const bool ranks = argc == 3 && std::strcmp(argv[2], "--ranks") == 0;
+  if (argc < 2 || argc > 3 || (argc == 3 && !healthy && !ranks)) {
+    std::fprintf(stderr, "usage: render_report OUT.html [--healthy | --ranks]\n");
     return 2;
   }
   Run run = testing::SyntheticRun();
   run.meta.command.push_back("--note=<script>alert('x')</script>");
   Analysis analysis = testing::SyntheticAnalysis();
-  if (argc == 3) analysis.findings.clear();
+  if (healthy) analysis.findings.clear();
+  if (ranks) analysis.features.ranks = testing::SyntheticRanks();
   const saturate::Status written = saturate::WriteFileAtomic(argv[1], RenderHtml(run, analysis));
   if (!written.ok()) {
     std::fprintf(stderr, "render_report: %s\n", written.ToString().c_str());

@@ -117,4 +117,40 @@ Analysis SyntheticAnalysis() {
   return a;
 }
 
+RanksView SyntheticRanks(int steps) {
+  RanksView v;
+  v.world_size = 4;
+  v.hosts = {"gpu-box-7", "gpu-box-8"};
+  v.clock_method = "collectives";
+  v.residual_skew_ms = 0.4;
+  v.straggler = 2;
+  v.others_wait_per_step_s = 0.041;
+  v.straggler_reason = "data_wait";
+  for (int r = 0; r < 3; ++r) {
+    RankRow row;
+    row.rank = r;
+    row.local_rank = r % 2;
+    row.host = v.hosts[size_t(r / 2)];
+    row.clock_offset_ms = r < 2 ? 0 : -12.5;
+    row.exit_code = 0;
+    row.exited = true;
+    const int n = r == 2 ? steps - 3 : steps;
+    for (int i = 0; i < n; ++i) {
+      const double data_wait = r == 2 ? 0.045 + 0.002 * (i % 3) : 0.001;
+      const double wait = r == 2 ? 0.0 : 0.041 + 0.001 * (i % 2);
+      row.data_wait_s.push_back(data_wait);
+      row.wait_s.push_back(wait);
+      row.step_s.push_back(0.12 + (r == 2 ? data_wait - 0.001 : wait) + 0.0005 * (i % 5));
+    }
+    v.rows.push_back(std::move(row));
+  }
+  RankRow missing;
+  missing.rank = 3;
+  missing.local_rank = 1;
+  missing.host = "gpu-box-8";
+  missing.note = "rank directory missing";
+  v.rows.push_back(std::move(missing));
+  return v;
+}
+
 }  // namespace saturate::doctor::testing

@@ -2,6 +2,9 @@
 // render_report driver: a 62.3 s run on one GPU whose utilization saw-tooths
 // because the training loop waits for batches, with step phases, idle gaps
 // and two findings. Built by hand, so report tests need no rules.
+// SyntheticRanks() is a 4-rank job on two hosts for the report's Ranks
+// section: rank 2 is slow (its data wait), the others wait for it, rank 3's
+// directory is missing.
 //
 // Thread-safety: reentrant functions returning fresh values.
 #ifndef SATURATE_DOCTOR_TESTING_REPORT_FIXTURE_H_
@@ -14,6 +17,8 @@ namespace saturate::doctor::testing {
 
 Run SyntheticRun();
 Analysis SyntheticAnalysis();
+// `steps` steps per rank (rank 2 a few fewer: it left early).
+RanksView SyntheticRanks(int steps = 30);
 
 }  // namespace saturate::doctor::testing
 
