@@ -71,7 +71,7 @@ def _tuned(name: str, value: Union[int, str]) -> Union[int, str]:
 def _distributed_rank() -> tuple[Optional[int], Optional[int]]:
     """(rank, world_size) from torch.distributed when it is initialized, else (None, None).
 
-    None lets the engine read RANK/WORLD_SIZE (torchrun) or SLURM_PROCID/SLURM_NTASKS.
+    None lets the engine read RANK/WORLD_SIZE (torchrun) or SLURM_PROCID/SLURM_STEP_NUM_TASKS (inside srun).
     """
     torch = sys.modules.get("torch")  # never import torch for this
     if torch is None:
@@ -91,7 +91,7 @@ class Loader:
       shuffle, seed: a new permutation each epoch, from (seed, epoch).
       drop_last: drop the epoch's last, incomplete batch.
       rank, world_size: data-parallel sharding. Default: torch.distributed when
-        initialized, else RANK/WORLD_SIZE (torchrun), SLURM_PROCID/SLURM_NTASKS, else 1 rank.
+        initialized, else RANK/WORLD_SIZE (torchrun), SLURM_PROCID/SLURM_STEP_NUM_TASKS (inside srun), else 1 rank.
       drop_uneven: ranks drop the tail (True) or pad by repeating samples (False,
         as DistributedSampler does), so every rank has the same number of batches.
       threads, prefetch: a positive int or "auto" (autotuned while running). Under

@@ -25,12 +25,12 @@ import subprocess
 import sys
 
 import pytest
+from conftest import torch2_python, torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 AUTO = os.path.join(REPO, "tests", "auto")
 BOOTSTRAP = os.path.join(REPO, "python", "saturate", "_bootstrap")
-TORCH2_DEFAULT = os.path.join(REPO, ".venv-torch2", "bin", "python")
 BAD_CAUSES = {"input_pipeline", "host_sync", "checkpoint_stall", "io_bound"}
 
 
@@ -114,25 +114,6 @@ def last_counters(proc, name):
             labels = c.get("labels", {})
             latest[(labels.get("site"), labels.get("op"), labels.get("device"))] = c
     return latest
-
-
-def torch2_python():
-    """The torch >= 2 interpreter for torchrun; skips (locally) or fails (CI) without it."""
-    path = os.environ.get("SATURATE_TORCH2_PYTHON")
-    if path:
-        assert os.access(path, os.X_OK), (
-            f"SATURATE_TORCH2_PYTHON={path} is not an executable; run scripts/torch2-env.sh")
-        return path
-    if not os.access(TORCH2_DEFAULT, os.X_OK):
-        pytest.skip(f"no torch 2 environment at {TORCH2_DEFAULT} (scripts/torch2-env.sh makes it; "
-                    "CI sets SATURATE_TORCH2_PYTHON)")
-    return TORCH2_DEFAULT
-
-
-def torchrun(python):
-    """torchrun of that interpreter's environment, as a command prefix."""
-    exe = os.path.join(os.path.dirname(python), "torchrun")
-    return [exe] if os.access(exe, os.X_OK) else [python, "-m", "torch.distributed.run"]
 
 
 @pytest.fixture(scope="module")

@@ -185,7 +185,6 @@ def names_rank_1_as_straggler(finding):
     return any("rank" in str(key).lower() and value in (1, "1") for key, value in items)
 
 
-@pytest.mark.xfail(reason="issue 21 rank layout in progress", strict=False)
 def test_report_names_the_slow_rank_as_the_straggler(watched_ranks):
     run, rc, out = watched_ranks
     assert rc == 0, f"the job failed: exit {rc}\n{out}"

@@ -96,18 +96,19 @@ struct RankRow {
   std::vector<double> wait_s;       // waiting for other ranks (collectives), per step
   double clock_offset_ms = 0;       // correction applied to this rank's node clock
   std::optional<int> exit_code;     // from task.json (saturate run inside the task)
-  bool exited = false;              // the process left normally (sys.exit included)
+  bool exited = false;              // the process exited through exit handlers (sys.exit too)
+  std::string exception;            // the uncaught exception that ended it, if one did
   std::string note;                 // "no step marks", "rank directory missing", ...
 };
 
 // The job as its ranks, when the run directory holds rank-<r>/ folders.
 struct RanksView {
-  int world_size = 0;            // 0: not a multi-rank run
-  std::vector<RankRow> rows;     // by rank; a missing rank has a row with a note
+  int world_size = 0;         // 0: not a multi-rank run
+  std::vector<RankRow> rows;  // by rank; a missing rank has a row with a note
   std::vector<std::string> hosts;
-  std::string clock_method;      // how node clocks were aligned ("none": one node)
-  double residual_skew_ms = 0;   // what remains after alignment (upper bound)
-  std::optional<int> straggler;  // the rank the others wait for most
+  std::string clock_method;           // how node clocks were aligned ("none": one node)
+  double residual_skew_ms = 0;        // what remains after alignment (upper bound)
+  std::optional<int> straggler;       // the rank the others wait for most
   double others_wait_per_step_s = 0;  // the others' mean wait per step on it
   std::string straggler_reason;       // "data_wait", "compute", "checkpoint", ...
 };

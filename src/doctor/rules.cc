@@ -592,7 +592,7 @@ std::optional<Finding> CheckpointRule(const Features& f, const AnalysisOptions& 
   if (pct < kCheckpointPct) return std::nullopt;
   const double cost_s = *f.checkpoint_s / double(f.checkpoints);
   Finding x = Make(f, "checkpoint_stall",
-                   Fmt("Training stops %.1f s per checkpoint (%.0f%% of the run)", cost_s, pct),
+                   Fmt("Training stops %.3g s per checkpoint (%.0f%% of the run)", cost_s, pct),
                    *f.checkpoint_s, 0.9);
   Add(x, "checkpoints", double(f.checkpoints), "", "checkpoints written on the training thread");
   Add(x, "checkpoint_cost_s", cost_s, "s", "mean stall per checkpoint");
@@ -601,7 +601,7 @@ std::optional<Finding> CheckpointRule(const Features& f, const AnalysisOptions& 
   const double interval_s = std::sqrt(2 * cost_s * options.assumed_mtbf_s);
   std::string now;
   if (f.checkpoints > 1 && f.active_s > 0) {
-    now = Fmt(" (now about every %.0f s)", f.active_s / double(f.checkpoints));
+    now = Fmt(" (now about every %.3g s)", f.active_s / double(f.checkpoints));
   }
   std::string where;
   if (!f.checkpoint_sites.empty()) {
@@ -613,7 +613,7 @@ std::optional<Finding> CheckpointRule(const Features& f, const AnalysisOptions& 
   x.fix =
       where + Fmt("Write checkpoints asynchronously (saturate.Checkpointer snapshots to memory and "
                   "writes in the background), and checkpoint every %.0f s%s: Young's interval "
-                  "sqrt(2 x %.1f s x MTBF) with an assumed MTBF of %.0f h.",
+                  "sqrt(2 x %.3g s x MTBF) with an assumed MTBF of %.0f h.",
                   interval_s, now.c_str(), cost_s, options.assumed_mtbf_s / 3600);
   x.fix_value = {{"checkpoint_interval_s", interval_s}};
   return x;

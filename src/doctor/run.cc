@@ -181,7 +181,7 @@ void AddAutoMeta(const trace::SpanFileEvent& e, Run* run) {
 
 // The auto-instrumentation's counters: DataLoader configurations, per-site
 // host sync totals (cumulative: the last record wins) and its error count.
-void AddAutoCounters(const trace::SpanFileEvent& e, Loading* l) {
+void AddAutoCounters(const trace::SpanFileEvent& e, int64_t t_ns, Loading* l) {
   const int pid = static_cast<int>(e.pid);
   const std::map<std::string, int64_t> values = IntArgs(e.args);
   auto value = [&](const char* key) {
@@ -205,7 +205,7 @@ void AddAutoCounters(const trace::SpanFileEvent& e, Loading* l) {
       if (p.pid == pid) p.errors = value("errors");
     }
   } else if (e.name == "exit") {
-    l->run->exited_pids.push_back(pid);
+    l->run->exits.push_back({pid, t_ns, value("steps"), Label(e, "exception")});
   } else if (!e.name.empty()) {
     l->run->counters[e.name] = values;  // "ddp", ...
   }
@@ -232,7 +232,7 @@ void AddSpanEvent(const trace::SpanFileEvent& e, bool auto_source, int64_t start
       break;
     case Type::kCounters:
       if (auto_source) {
-        AddAutoCounters(e, l);
+        AddAutoCounters(e, t_ns, l);
       } else if (e.name == "loader") {
         LoaderCounters& c = l->loaders[pid];
         if (t_ns >= c.t_ns) c = {pid, t_ns, IntArgs(e.args)};

@@ -99,6 +99,16 @@ struct AutoProcess {
   int64_t errors = 0;                          // recording errors (events may be missing)
 };
 
+// A process's exit as the auto-instrumentation saw it: through exit handlers
+// (sys.exit, the end of the script, an uncaught exception). A killed process
+// records none.
+struct ProcessExit {
+  int pid = 0;
+  int64_t t_ns = 0;  // run axis
+  int64_t steps = 0;
+  std::string exception;  // "RuntimeError: ..." when one ended it; empty otherwise
+};
+
 struct RunMeta {
   std::string dir;
   std::vector<std::string> command;
@@ -132,7 +142,7 @@ struct Run {
   std::vector<AutoProcess> auto_processes;
   std::vector<DataLoaderInfo> dataloaders;
   std::vector<SyncSite> host_syncs;
-  std::vector<int> exited_pids;  // processes that recorded a normal exit (sys.exit included)
+  std::vector<ProcessExit> exits;  // processes whose exit was recorded
 };
 
 // Reads `dir`. A process with step marks of its own (saturate.step()) keeps

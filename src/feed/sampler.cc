@@ -58,10 +58,12 @@ Result<ShardSpec> ShardSpecFromEnv(const std::function<const char*(const char*)>
   const char* rank = NonEmpty(getenv("RANK"));
   const char* world = NonEmpty(getenv("WORLD_SIZE"));
   if (rank != nullptr || world != nullptr) return ParsePair("RANK", rank, "WORLD_SIZE", world);
-  const char* proc = NonEmpty(getenv("SLURM_PROCID"));
-  const char* tasks = NonEmpty(getenv("SLURM_NTASKS"));
-  if (proc != nullptr || tasks != nullptr) {
-    return ParsePair("SLURM_PROCID", proc, "SLURM_NTASKS", tasks);
+  // Only inside a job step (srun): a batch script has SLURM_PROCID=0 and the
+  // job's SLURM_NTASKS too, but is one process, not rank 0 of many.
+  const char* tasks = NonEmpty(getenv("SLURM_STEP_NUM_TASKS"));
+  if (tasks != nullptr) {
+    return ParsePair("SLURM_PROCID", NonEmpty(getenv("SLURM_PROCID")), "SLURM_STEP_NUM_TASKS",
+                     tasks);
   }
   return ShardSpec{};
 }

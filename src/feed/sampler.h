@@ -45,7 +45,8 @@ struct ShardSpec {
 };
 
 // Reads the shard from the environment: RANK and WORLD_SIZE (torchrun) if
-// either is set, else SLURM_PROCID and SLURM_NTASKS (srun) if either is set,
+// either is set, else SLURM_PROCID and SLURM_STEP_NUM_TASKS inside an srun step
+// (a batch script, which has no step, is one process),
 // else {0, 1}. Within the chosen pair both variables must be set, be decimal
 // integers that fit 32 bits (no sign, no spaces), world size >= 1 and
 // rank < world size; otherwise InvalidArgument naming the variable and its

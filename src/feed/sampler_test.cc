@@ -205,15 +205,20 @@ TEST(ShardSpecFromEnvTest, Torchrun) {
 
 TEST(ShardSpecFromEnvTest, Slurm) {
   SATURATE_ASSERT_OK_AND_ASSIGN(ShardSpec s,
-                                FromMap({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}}));
+                                FromMap({{"SLURM_PROCID", "5"}, {"SLURM_STEP_NUM_TASKS", "16"}}));
   EXPECT_EQ(s.rank, 5u);
   EXPECT_EQ(s.world_size, 16u);
+  // A batch script (no step) is one process, whatever the job's task count.
+  SATURATE_ASSERT_OK_AND_ASSIGN(ShardSpec batch,
+                                FromMap({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "16"}}));
+  EXPECT_EQ(batch.world_size, 1u);
 }
 
 TEST(ShardSpecFromEnvTest, TorchrunWinsOverSlurm) {
-  SATURATE_ASSERT_OK_AND_ASSIGN(
-      ShardSpec s,
-      FromMap({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "7"}, {"SLURM_NTASKS", "9"}}));
+  SATURATE_ASSERT_OK_AND_ASSIGN(ShardSpec s, FromMap({{"RANK", "1"},
+                                                      {"WORLD_SIZE", "2"},
+                                                      {"SLURM_PROCID", "7"},
+                                                      {"SLURM_STEP_NUM_TASKS", "9"}}));
   EXPECT_EQ(s.rank, 1u);
   EXPECT_EQ(s.world_size, 2u);
   // Even a broken SLURM pair is ignored when torchrun's is present.
@@ -244,12 +249,12 @@ TEST(ShardSpecFromEnvTest, ErrorsNameTheVariable) {
                        {"RANK is set but WORLD_SIZE is not"}));
   EXPECT_TRUE(HasError(err({{"WORLD_SIZE", "2"}}), StatusCode::kInvalidArgument,
                        {"WORLD_SIZE is set but RANK is not"}));
-  EXPECT_TRUE(HasError(err({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "2"}}),
-                       StatusCode::kInvalidArgument, {"SLURM_PROCID=2", "SLURM_NTASKS=2"}));
-  EXPECT_TRUE(HasError(err({{"SLURM_PROCID", "q"}, {"SLURM_NTASKS", "2"}}),
+  EXPECT_TRUE(HasError(err({{"SLURM_PROCID", "2"}, {"SLURM_STEP_NUM_TASKS", "2"}}),
+                       StatusCode::kInvalidArgument, {"SLURM_PROCID=2", "SLURM_STEP_NUM_TASKS=2"}));
+  EXPECT_TRUE(HasError(err({{"SLURM_PROCID", "q"}, {"SLURM_STEP_NUM_TASKS", "2"}}),
                        StatusCode::kInvalidArgument, {"SLURM_PROCID='q'"}));
-  EXPECT_TRUE(
-      HasError(err({{"SLURM_PROCID", "0"}}), StatusCode::kInvalidArgument, {"SLURM_NTASKS"}));
+  EXPECT_TRUE(HasError(err({{"SLURM_STEP_NUM_TASKS", "2"}}), StatusCode::kInvalidArgument,
+                       {"SLURM_PROCID"}));
 }
 
 TEST(ShardSpecFromEnvTest, RealEnvironmentOverload) {

@@ -75,8 +75,12 @@ RankSteps StepsOf(const RankRun& r) {
   out.clock_offset_ms = double(r.clock_offset_ns) / 1e6;
   const doctor::Run& run = r.run;
   const int pid = TrainingPid(run);
-  out.exited =
-      std::find(run.exited_pids.begin(), run.exited_pids.end(), pid) != run.exited_pids.end();
+  for (const doctor::ProcessExit& e : run.exits) {
+    if (e.pid == pid) {
+      out.exit_s = double(e.t_ns) / kNsPerS;
+      out.exception = e.exception;
+    }
+  }
   int64_t last = 0;
   for (const doctor::Span& s : run.spans) last = std::max(last, s.start_ns + s.dur_ns);
   for (const auto& [p, marks] : run.step_marks_ns) {
@@ -207,7 +211,7 @@ std::optional<Straggler> FindStraggler(const std::vector<RankSteps>& table) {
     others_wait += MeanOver(o->steps, [](const RankStep& x) { return x.wait_s; });
   s.others_wait_per_step_s = others.empty() ? 0 : others_wait / double(others.size());
   const double step_s = Median(durations);
-  if (s.others_wait_per_step_s < std::max(1e-3, 0.03 * step_s) || s.wait_share < 0.5) {
+  if (s.others_wait_per_step_s < std::max(1e-3, 0.05 * step_s) || s.wait_share < 0.6) {
     return std::nullopt;
   }
 
@@ -254,7 +258,8 @@ doctor::RanksView ViewOf(const Job& job, const std::vector<RankSteps>& table,
     }
     row.clock_offset_ms = r.clock_offset_ms;
     row.exit_code = r.exit_code;
-    row.exited = r.exited;
+    row.exited = r.exit_s.has_value();
+    row.exception = r.exception;
     row.note = r.note;
     v.rows.push_back(std::move(row));
   }
@@ -332,6 +337,117 @@ doctor::Finding StragglerFinding(const std::vector<RankSteps>& table, const Stra
   return x;
 }
 
+// At most ~100 characters of an exception message, for a title.
+std::string Clip(const std::string& text) {
+  return text.size() <= 100 ? text : text.substr(0, 97) + "...";
+}
+
+// An exception a rank gets because another rank failed (the peer closed
+// the connection, the collective timed out), not a cause of its own.
+bool IsPeerFailure(const std::string& exception) {
+  for (const char* word : {"closed by peer", "Connection reset", "timed out", "Timeout", "timeout",
+                           "NCCL", "DistBackendError", "ProcessGroup", "Broken pipe"}) {
+    if (exception.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The rank that ended the job: one that exited while the others went on, else
+// one whose own exception ended it, else one killed without a record while
+// the others recorded theirs; the earliest such. Empty when none stands out.
+const RankSteps* FirstToFail(const std::vector<RankSteps>& table, std::string* how) {
+  const RankSteps* best = nullptr;
+  int best_kind = 4;
+  const bool others_recorded = std::any_of(table.begin(), table.end(),
+                                           [](const RankSteps& r) { return r.exit_s.has_value(); });
+  for (const RankSteps& r : table) {
+    if (r.steps.empty() && !r.exit_s) continue;
+    int kind = 4;
+    if (r.exit_s && r.exception.empty()) kind = 1;
+    if (r.exit_s && !r.exception.empty() && !IsPeerFailure(r.exception)) kind = 2;
+    if (r.exit_code.value_or(0) != 0 && !r.exit_s) kind = 2;
+    if (!r.exit_s && others_recorded) kind = 3;
+    const double t = r.exit_s.value_or(r.last_event_s);
+    if (kind < best_kind ||
+        (kind == best_kind && best != nullptr && t < best->exit_s.value_or(best->last_event_s))) {
+      best = &r;
+      best_kind = kind;
+    }
+  }
+  if (best == nullptr || best_kind == 4) return nullptr;
+  if (best_kind == 1) {
+    *how = "exited (through sys.exit or the end of its script) while the other ranks trained on";
+  } else if (best->exit_s) {
+    *how = "failed: " + best->exception;
+  } else if (best->exit_code) {
+    *how = "exited with code " + std::to_string(*best->exit_code);
+  } else {
+    *how = "died without exiting (killed, or crashed in native code)";
+  }
+  return best;
+}
+
+// A job that failed because one rank left, crashed or hung while the others
+// blocked in their next collective.
+std::optional<doctor::Finding> DeadRankFinding(const std::vector<RankSteps>& table,
+                                               double duration_s, double job_end_s,
+                                               std::optional<int> job_exit_code) {
+  std::vector<double> durations;
+  double progress_end_s = 0;
+  int ranks = 0;
+  bool failed = job_exit_code.value_or(1) != 0;
+  for (const RankSteps& r : table) {
+    for (const RankStep& s : r.steps) durations.push_back(s.dur_s);
+    progress_end_s = std::max(progress_end_s, r.last_event_s);
+    ranks += r.note == "rank directory missing" ? 0 : 1;
+    failed = failed || r.exit_code.value_or(0) != 0 || !r.exception.empty();
+  }
+  // A job that ended well and whose ranks all ended well only finished slowly.
+  if (!failed || durations.empty()) return std::nullopt;
+  const double stalled_s = std::max(0.0, job_end_s - progress_end_s);
+  const bool stalled = stalled_s >= std::max(5.0, 10 * Median(durations));
+  std::string how;
+  const RankSteps* culprit = FirstToFail(table, &how);
+  if (culprit == nullptr && !stalled) return std::nullopt;
+  if (culprit == nullptr) {
+    for (const RankSteps& r : table) {
+      if (!r.steps.empty() && (culprit == nullptr || r.last_event_s < culprit->last_event_s))
+        culprit = &r;
+    }
+    how = "stopped first; the ranks hung";
+  }
+  // Marks, not full steps: the first mark ends step 1.
+  const size_t marks = culprit->steps.empty() ? 0 : culprit->steps.size() + 1;
+  std::string title = "Dead or hung rank: rank " + std::to_string(culprit->rank) + " " + Clip(how) +
+                      " (after step " + std::to_string(marks) + ")";
+  std::vector<std::string> victims;
+  for (const RankSteps& r : table) {
+    if (&r != culprit && !r.exception.empty()) victims.push_back(r.exception);
+  }
+  if (stalled) {
+    title += "; the others made no progress for the last " + Duration(stalled_s) + " of the job";
+  } else if (!victims.empty()) {
+    title += "; the others then failed: " + Clip(victims.front());
+  }
+  doctor::Finding x = doctor::NewFinding(
+      "idle_allocation", title,
+      stalled ? stalled_s * double(std::max(0, ranks - 1)) / double(std::max(1, ranks)) : 0,
+      duration_s, 0.7);
+  // A failure costs the job whatever it has to redo, not only the stall: shown even when short.
+  x.info = x.time_lost_pct < 2.0;
+  Add(x, "rank", culprit->rank, "", "the rank that left, failed or stopped first");
+  Add(x, "stalled_s", stalled_s, "s",
+      "from the last recorded progress of any rank to the job's end");
+  x.fix =
+      "Every rank must run the same collectives: a rank that returns or exits early (an "
+      "early stop decided on one rank, an exception caught on one rank, uneven data) leaves the "
+      "others blocked until the process group's timeout, or failing when its connections close. "
+      "Make such decisions collective (all_reduce a flag), give init_process_group a timeout you "
+      "can afford, and run under `saturate watch`, which names a hung rank and dumps its stack "
+      "while the job still runs.";
+  return x;
+}
+
 }  // namespace
 
 std::vector<doctor::Finding> DiagnoseRanks(const std::vector<RankSteps>& table,
@@ -341,58 +457,43 @@ std::vector<doctor::Finding> DiagnoseRanks(const std::vector<RankSteps>& table,
   std::vector<doctor::Finding> out;
   if (straggler) out.push_back(StragglerFinding(table, *straggler, duration_s));
 
-  // The job stopped making progress before it ended: a rank left or hung and
-  // the others blocked in their next collective.
-  std::vector<double> durations;
-  double progress_end_s = 0;
-  int ranks = 0;
-  for (const RankSteps& r : table) {
-    for (const RankStep& s : r.steps) durations.push_back(s.dur_s);
-    progress_end_s = std::max(progress_end_s, r.last_event_s);
-    ranks += r.note == "rank directory missing" ? 0 : 1;
+  if (std::optional<doctor::Finding> x =
+          DeadRankFinding(table, duration_s, job_end_s, job_exit_code)) {
+    out.push_back(std::move(*x));
   }
-  // A job that ended well and whose ranks all ended well only finished slowly.
-  bool failed = job_exit_code.value_or(1) != 0;
-  for (const RankSteps& r : table) failed = failed || r.exit_code.value_or(0) != 0;
-  const double stalled_s = job_end_s - progress_end_s;
-  if (!failed || durations.empty() || stalled_s < std::max(5.0, 10 * Median(durations))) {
-    return out;
-  }
-  const RankSteps* culprit = nullptr;
-  std::string how;
-  for (const RankSteps& r : table) {
-    if (r.exited || (r.exit_code && *r.exit_code != 0)) {
-      culprit = &r;
-      how = r.exited ? "exited normally" : "exited with code " + std::to_string(*r.exit_code);
-      break;
-    }
-  }
-  if (culprit == nullptr) {
-    for (const RankSteps& r : table) {
-      if (!r.steps.empty() && (culprit == nullptr || r.last_event_s < culprit->last_event_s))
-        culprit = &r;
-    }
-    how = "stopped first";
-  }
-  const std::string who = culprit ? "rank " + std::to_string(culprit->rank) : std::string("a rank");
-  doctor::Finding x = doctor::NewFinding(
-      "idle_allocation",
-      "Dead or hung rank: " + who + " " + how + " after step " +
-          std::to_string(culprit ? culprit->steps.size() : 0) +
-          "; the other ranks made no progress for the last " + Duration(stalled_s) + " of the job",
-      stalled_s * double(std::max(0, ranks - 1)) / double(std::max(1, ranks)), duration_s, 0.7);
-  Add(x, "stalled_s", stalled_s, "s",
-      "from the last recorded progress of any rank to the job's end");
-  if (culprit) Add(x, "rank", culprit->rank, "", "the rank that left or stopped first");
-  x.fix =
-      "Every rank must run the same collectives: a rank that returns or exits early (an "
-      "early stop on one rank, an exception caught on one rank, uneven data) leaves the others "
-      "blocked until the process group's timeout. Make the stop decision collective (all_reduce a "
-      "flag), give init_process_group a shorter timeout, and watch with `saturate watch`, which "
-      "names the rank and dumps its stack while the job hangs.";
-  out.push_back(std::move(x));
   return out;
 }
+
+namespace {
+
+// Adds the cross-rank findings to the first rank's own. When the straggler is
+// that rank and it already has a finding of the same cause (its checkpoint
+// stall, its data wait), the two become one: the rank's own loss plus what
+// the others lose waiting for it.
+void MergeFindings(const std::vector<doctor::Finding>& cross, int first_rank,
+                   std::vector<doctor::Finding>* findings) {
+  for (const doctor::Finding& x : cross) {
+    const bool about_first = !x.evidence.empty() && x.evidence.front().key == "straggler_rank" &&
+                             x.evidence.front().value == first_rank;
+    auto same = std::find_if(findings->begin(), findings->end(), [&](const doctor::Finding& f) {
+      return about_first && f.cause == x.cause && !f.info;
+    });
+    if (same == findings->end()) {
+      findings->push_back(x);
+      continue;
+    }
+    doctor::Finding merged = x;
+    merged.time_lost_s += same->time_lost_s;
+    merged.time_lost_pct += same->time_lost_pct;
+    merged.evidence.insert(merged.evidence.end(), same->evidence.begin(), same->evidence.end());
+    merged.sites = same->sites;
+    merged.fix = same->fix + " Every other rank waits for it at the next collective.";
+    merged.fix_value = same->fix_value;
+    *same = std::move(merged);
+  }
+}
+
+}  // namespace
 
 Result<DirAnalysis> AnalyzeDir(const std::string& dir, const doctor::AnalysisOptions& options) {
   DirAnalysis out;
@@ -418,10 +519,20 @@ Result<DirAnalysis> AnalyzeDir(const std::string& dir, const doctor::AnalysisOpt
       DiagnoseRanks(table, straggler, out.analysis.features.duration_s,
                     out.analysis.features.duration_s, out.run.meta.exit_code);
   std::vector<doctor::Finding> found = out.analysis.findings;
-  found.insert(found.end(), extra.begin(), extra.end());
+  MergeFindings(extra, job.ranks.front().rank, &found);
   out.analysis.findings = doctor::RankFindings(std::move(found), options.min_time_lost_pct);
+  // A straggler too small to report is not named in the report either.
+  const bool reported = std::any_of(
+      out.analysis.findings.begin(), out.analysis.findings.end(), [](const doctor::Finding& f) {
+        return !f.evidence.empty() && f.evidence.front().key == "straggler_rank";
+      });
+  if (!reported) {
+    out.analysis.features.ranks.straggler.reset();
+    out.analysis.features.ranks.others_wait_per_step_s = 0;
+    out.analysis.features.ranks.straggler_reason.clear();
+  }
   std::vector<doctor::Finding> all = doctor::Diagnose(out.run, out.analysis.features, all_options);
-  all.insert(all.end(), extra.begin(), extra.end());
+  MergeFindings(extra, job.ranks.front().rank, &all);
   out.all_findings = doctor::RankFindings(std::move(all), 0);
   return out;
 }

@@ -42,7 +42,11 @@ struct RankSteps {
   std::string host;
   std::vector<RankStep> steps;  // step i: from the i-th to the (i+1)-th mark
   double last_event_s = 0;      // the rank's last recorded activity (job axis)
-  bool exited = false;          // its training process left normally (sys.exit included)
+  // When its training process exited through exit handlers (sys.exit, the
+  // end of its script, an uncaught exception), and that exception; empty
+  // when it was killed or still ran when the job ended.
+  std::optional<double> exit_s;
+  std::string exception;
   std::optional<int> exit_code;
   double clock_offset_ms = 0;
   std::string note;  // "rank directory missing", "no step marks", ...
@@ -67,7 +71,7 @@ std::vector<RankSteps> StepTable(const Job& job);
 void ComputeWaits(std::vector<RankSteps>* table);
 
 // The rank the others wait for most, when the wait is worth naming: at least
-// 1 ms and 3% of the median step a step, and at least half of all waiting
+// 1 ms and 5% of the median step a step, and at least 60% of all waiting
 // happens in steps where that rank came last.
 std::optional<Straggler> FindStraggler(const std::vector<RankSteps>& table);
 

@@ -130,19 +130,56 @@ TEST(DeadRankTest, ARankThatLeftWhileTheOthersBlockedIsNamed) {
     for (int k = 0; k < 10; ++k) table[r].steps.push_back({.start_s = 1 + 0.1 * k, .dur_s = 0.1});
     table[r].last_event_s = 2.1;
   }
-  table[1].exited = true;
-  const std::vector<doctor::Finding> f = DiagnoseRanks(table, std::nullopt, 30, 30, 1);
+  table[1].exit_s = 2.1;  // it left; rank 0 blocked until the job was stopped
+  std::vector<doctor::Finding> f = DiagnoseRanks(table, std::nullopt, 30, 30, 1);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].cause, "idle_allocation");
-  EXPECT_NE(f[0].title.find("rank 1 exited normally after step 10"), std::string::npos)
-      << f[0].title;
+  EXPECT_FALSE(f[0].info);
+  EXPECT_NE(f[0].title.find("rank 1 exited (through sys.exit"), std::string::npos) << f[0].title;
+  EXPECT_NE(f[0].title.find("no progress for the last 27.9 s"), std::string::npos) << f[0].title;
   EXPECT_NEAR(f[0].time_lost_s, (30 - 2.1) / 2, 1e-9);
-  // A job that ran to its end is not stalled; one that ended well only ended slowly.
-  EXPECT_TRUE(DiagnoseRanks(table, std::nullopt, 3, 3, 1).empty());
-  table[1].exited = false;
+  // A job that ended well only ended slowly.
   EXPECT_TRUE(DiagnoseRanks(table, std::nullopt, 30, 30, 0).empty());
-  table[1].exit_code = 1;  // a rank's task failed: the job did too
-  EXPECT_EQ(DiagnoseRanks(table, std::nullopt, 30, 30, 0).size(), 1u);
+}
+
+TEST(DeadRankTest, ARankThatLeftAndBrokeTheOthersConnectionsIsNamedWithoutAStall) {
+  // Gloo: rank 0's all-reduce fails at once when rank 1 exits.
+  std::vector<RankSteps> table(2);
+  for (int r = 0; r < 2; ++r) {
+    table[r].rank = r;
+    for (int k = 0; k < 10; ++k) table[r].steps.push_back({.start_s = 1 + 0.1 * k, .dur_s = 0.1});
+    table[r].last_event_s = 2.1;
+  }
+  table[0].exit_s = 2.15;
+  table[0].exception = "RuntimeError: Connection closed by peer [127.0.0.1]:1234";
+  table[1].exit_s = 2.1;
+  std::vector<doctor::Finding> f = DiagnoseRanks(table, std::nullopt, 3, 3, 1);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_TRUE(f[0].info);  // no stall to count, but the failure is named
+  EXPECT_NE(f[0].title.find("rank 1 exited"), std::string::npos) << f[0].title;
+  EXPECT_NE(f[0].title.find("the others then failed: RuntimeError: Connection closed by peer"),
+            std::string::npos)
+      << f[0].title;
+  // A rank whose own exception ended the job is named over one killed by the launcher.
+  table[1].exit_s.reset();
+  table[0].exception = "ValueError: bad batch";
+  f = DiagnoseRanks(table, std::nullopt, 3, 3, 1);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].title.find("rank 0 failed: ValueError: bad batch"), std::string::npos)
+      << f[0].title;
+}
+
+TEST(DeadRankTest, AllRanksStoppedTogetherIsAHang) {
+  std::vector<RankSteps> table(2);
+  for (int r = 0; r < 2; ++r) {
+    table[r].rank = r;
+    for (int k = 0; k < 10; ++k) table[r].steps.push_back({.start_s = 1 + 0.1 * k, .dur_s = 0.1});
+    table[r].last_event_s = 2.1 - 0.05 * r;
+  }
+  std::vector<doctor::Finding> f = DiagnoseRanks(table, std::nullopt, 60, 60, 137);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].title.find("rank 1 stopped first; the ranks hung"), std::string::npos)
+      << f[0].title;
 }
 
 TEST(StepTableTest, AMissingRankGetsARowWithANote) {

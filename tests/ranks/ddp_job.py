@@ -12,6 +12,7 @@ Knows nothing about saturate.
 
 import argparse
 import datetime
+import io
 import os
 import sys
 import tempfile
@@ -39,6 +40,15 @@ class Sequences(Dataset):
             time.sleep(self.delay_s)
         g = torch.Generator().manual_seed(i)
         return torch.randn(self.length, 32, generator=g), torch.tensor(i % 4)
+
+
+class SlowStorage(io.FileIO):
+    """A file on shared storage: its first write waits 30 ms, as a network filesystem would."""
+
+    def write(self, b):
+        if self.tell() == 0:
+            time.sleep(0.03)
+        return super().write(b)
 
 
 def main():
@@ -80,8 +90,8 @@ def main():
         opt.step()
         step += 1
         if rank == 0 and args.save_every and step % args.save_every == 0:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, ckpt)
-            time.sleep(0.03)  # a checkpoint to shared storage is slower than this tmpfs
+            with SlowStorage(ckpt, "wb") as f:
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, f)
         if rank == args.exit_rank and step == args.exit_step:
             print("rank %d: leaving early at step %d" % (rank, step), flush=True)
             sys.exit(0)

@@ -130,7 +130,7 @@ struct LoaderOptions {
   uint64_t seed = 0;
   bool drop_last = false;  // drop the epoch's last, incomplete batch
   // Sharding for data-parallel training. Unset: from RANK/WORLD_SIZE
-  // (torchrun) or SLURM_PROCID/SLURM_NTASKS, else a single rank.
+  // (torchrun) or SLURM_PROCID/SLURM_STEP_NUM_TASKS (inside srun), else a single rank.
   std::optional<uint32_t> rank;
   std::optional<uint32_t> world_size;
   bool drop_uneven = false;    // ranks: drop the tail (true) or pad by repeating (false)

@@ -22,7 +22,8 @@ the spans format of docs/trace.md (what each event means: docs/auto.md):
     collectives  torch.distributed.all_reduce, broadcast, barrier, ...: bytes, time
     dataloader   a counters record per DataLoader built: num_workers, pin_memory, ...
     ddp          a counters record per DistributedDataParallel model: gradient bytes, buckets
-    exit         a counters record at a normal exit (sys.exit too), with the steps seen
+    exit         a counters record when the process exits through exit handlers (sys.exit,
+                 an uncaught exception: its "Type: message"), with the steps seen
 
 One rank of a torchrun/Slurm/MPI job (docs/ranks.md) records into
 ``$SATURATE_RUN_DIR/rank-<r>/``, names its rank in the meta line, and writes its
@@ -866,6 +867,7 @@ def install(run_dir):
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork)
     atexit.register(_at_exit)
+    _safe(_hook_excepthook)()
     _post_import.watch("torch", _on_torch)
 
 
@@ -936,9 +938,25 @@ def _after_fork():
 def _at_exit():
     if _w.errors:  # recording failures, so the report can say spans may be missing
         _w.emit(_counters("autotrace", {"errors": _w.errors}))
-    # A normal exit (sys.exit included): a rank that left its job early says so.
-    _w.emit(_counters("exit", {"steps": _steps[0]}))
+    # An exit that ran exit handlers (sys.exit, an uncaught exception): a rank
+    # that left its job early, or failed, says so; a killed one cannot.
+    error = _uncaught[0]
+    _w.emit(_counters("exit", {"steps": _steps[0], "error": int(error is not None)},
+                      {"exception": _jstr(error)} if error else None))
     _w.flush()
+
+
+_uncaught = [None]  # "Type: message" of an exception that ended the program
+
+
+def _hook_excepthook():
+    previous = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        _uncaught[0] = ("%s: %s" % (kind.__name__, value))[:300]
+        previous(kind, value, tb)
+
+    sys.excepthook = excepthook
 
 
 def install_from_env():
