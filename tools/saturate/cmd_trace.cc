@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli.h"
+#include "ranks/job.h"
 #include "trace/export.h"
 
 namespace saturate::cli {
@@ -21,9 +22,12 @@ struct TraceExportFlags {
 
 int RunTraceExport(const TraceExportFlags& f) {
   const std::string out = f.chrome.empty() ? f.run_dir + "/trace.json" : f.chrome;
-  // A job's per-host clock corrections (ns added to each host's clock; docs/ranks.md).
-  // Empty: every spans file and node is placed by its own wall clock.
-  const std::map<std::string, int64_t> host_offset_ns;
+  // A job's hosts' clocks, aligned as doctor aligns them (docs/ranks.md).
+  std::map<std::string, int64_t> host_offset_ns;
+  if (ranks::IsJobDir(f.run_dir)) {
+    Result<ranks::Job> job = ranks::LoadJob(f.run_dir);
+    if (job.ok()) host_offset_ns = job->clock.host_offset_ns;
+  }
   auto summary = trace::ExportChromeTrace(f.run_dir, out, host_offset_ns);
   if (!summary.ok()) return ReportError("trace export", summary.status());
   for (const std::string& note : summary->notes)
