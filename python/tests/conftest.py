@@ -106,6 +106,15 @@ def run_python(args, env=None, timeout=120, **kwargs):
     )
 
 
+def saturate_cmd():
+    """The saturate command line tool: $SATURATE_CLI (a build tree's binary,
+    while developing), else the one bundled with the installed package."""
+    if os.environ.get("SATURATE_CLI"):
+        return [os.environ["SATURATE_CLI"]]
+    exe = os.path.join(os.path.dirname(os.path.abspath(saturate.__file__)), "bin", "saturate")
+    return [exe] if os.access(exe, os.X_OK) else [sys.executable, "-m", "saturate"]
+
+
 def torch2_python():
     """The torch >= 2 interpreter for torchrun: $SATURATE_TORCH2_PYTHON (scripts/test.sh
     sets it; a missing one fails), else REPO/.venv-torch2/bin/python (scripts/torch2-env.sh

@@ -25,7 +25,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import torch2_python, torchrun
+from conftest import saturate_cmd, torch2_python, torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -448,17 +448,6 @@ def check_ranks(procs, steps):
 
 
 # ---- doctor (`saturate doctor` injects the bootstrap itself) ---------------------------------
-
-
-def saturate_cmd():
-    """The saturate command line tool: $SATURATE_CLI (a build tree's binary,
-    while developing), else the one bundled with the installed package."""
-    if os.environ.get("SATURATE_CLI"):
-        return [os.environ["SATURATE_CLI"]]
-    import saturate
-
-    exe = os.path.join(os.path.dirname(os.path.abspath(saturate.__file__)), "bin", "saturate")
-    return [exe] if os.access(exe, os.X_OK) else [sys.executable, "-m", "saturate"]
 
 
 def doctor(run_dir, command, *doctor_args, expect_rc=0, cwd=None, env=None, timeout=240):

@@ -19,29 +19,15 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO, free_port, torch2_python
+from conftest import REPO, free_port, saturate_cmd, torch2_python
 
 SCRIPT = os.path.join(REPO, "scripts", "slurm-cluster.sh")
 TRAIN = os.path.join(REPO, "tests", "ranks", "slurm_train.py")
 JOB_TIMEOUT = 120
 VARS = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_ID")
-
-
-def saturate_cmd():
-    """$SATURATE_CLI, else the build tree's binary, else the installed package's."""
-    if os.environ.get("SATURATE_CLI"):
-        return [os.environ["SATURATE_CLI"]]
-    built = os.path.join(REPO, "build", "ci", "tools", "saturate", "saturate")
-    if os.access(built, os.X_OK):
-        return [built]
-    import saturate
-
-    exe = os.path.join(os.path.dirname(os.path.abspath(saturate.__file__)), "bin", "saturate")
-    return [exe] if os.access(exe, os.X_OK) else [sys.executable, "-m", "saturate"]
 
 
 @pytest.fixture(scope="module")
