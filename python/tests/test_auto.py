@@ -618,7 +618,11 @@ def test_doctor_under_torchrun(tmp_path):
                                                "--samples", "512"], env=env)
     features = check_shape(report)
     recorded(features)
-    assert features["auto"]["processes"] >= 2, features["auto"]
+    # Each rank in its own folder (docs/ranks.md); doctor merges them.
+    for r in (0, 1):
+        assert glob.glob(str(tmp_path / "run" / f"rank-{r}" / "spans-*-auto.jsonl")), r
+    assert features["ranks"]["world_size"] == 2, features["ranks"]
+    assert [row["steps"] for row in features["ranks"]["rows"]] == [2 * 512 // 2 // 32 - 1] * 2
     check_ranks(load_run(tmp_path / "run"), steps=2 * 512 // 2 // 32)
 
 

@@ -941,8 +941,9 @@ def _at_exit():
     # An exit that ran exit handlers (sys.exit, an uncaught exception): a rank
     # that left its job early, or failed, says so; a killed one cannot.
     error = _uncaught[0]
-    _w.emit(_counters("exit", {"steps": _steps[0], "error": int(error is not None)},
-                      {"exception": _jstr(error)} if error else None))
+    if "torch" in _info:  # a process that never imported torch records nothing
+        _w.emit(_counters("exit", {"steps": _steps[0], "error": int(error is not None)},
+                          {"exception": _jstr(error)} if error else None))
     _w.flush()
 
 
