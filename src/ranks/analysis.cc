@@ -66,6 +66,13 @@ void Spread(const std::vector<int64_t>& marks, int64_t start, int64_t end,
   }
 }
 
+// The step a time falls in (clamped to the steps there are; steps must not be empty).
+size_t StepOf(const std::vector<int64_t>& marks, int64_t t, size_t steps) {
+  auto it = std::upper_bound(marks.begin(), marks.end(), t);
+  const size_t i = it == marks.begin() ? 0 : size_t(it - marks.begin()) - 1;
+  return std::min(i, steps - 1);
+}
+
 RankSteps StepsOf(const RankRun& r) {
   RankSteps out;
   out.rank = r.rank;
@@ -97,6 +104,10 @@ RankSteps StepsOf(const RankRun& r) {
                          .dur_s = double(marks[i] - marks[i - 1]) / kNsPerS});
   }
   const int64_t tid = TrainingTid(run, pid);
+  if (out.steps.empty()) {
+    out.note = "fewer than two step marks";
+    return out;
+  }
   const bool ddp = run.counters.contains("ddp");
   for (const doctor::Span& s : run.spans) {
     if (s.pid != pid || (tid != 0 && s.tid != tid)) continue;
@@ -105,20 +116,23 @@ RankSteps StepsOf(const RankRun& r) {
       Spread(marks, s.start_ns, end, &out.steps,
              [](RankStep& x) -> double& { return x.data_wait_s; });
       // The batch belongs to the step it was fetched in.
-      auto it = std::upper_bound(marks.begin(), marks.end(), end);
-      const size_t i = it == marks.begin() ? 0 : size_t(it - marks.begin()) - 1;
-      if (i < out.steps.size()) {
-        if (auto a = s.args.find("samples"); a != s.args.end()) out.steps[i].samples += a->second;
-        if (auto a = s.args.find("elems"); a != s.args.end()) out.steps[i].elems += a->second;
-      }
+      RankStep& step = out.steps[StepOf(marks, end, out.steps.size())];
+      if (auto a = s.args.find("samples"); a != s.args.end()) step.samples += a->second;
+      if (auto a = s.args.find("elems"); a != s.args.end()) step.elems += a->second;
     } else if (IsBlockingCollective(s) || (ddp && s.name == "backward")) {
       Spread(marks, s.start_ns, end, &out.steps, [](RankStep& x) -> double& { return x.sync_s; });
+      if (s.name != "backward") {
+        Spread(marks, s.start_ns, end, &out.steps,
+               [](RankStep& x) -> double& { return x.collective_s; });
+        if (auto a = s.args.find("bytes"); a != s.args.end() && a->second > 0) {
+          out.steps[StepOf(marks, end, out.steps.size())].collective_bytes += a->second;
+        }
+      }
     } else if (s.kind == doctor::SpanKind::kCheckpoint) {
       Spread(marks, s.start_ns, end, &out.steps,
              [](RankStep& x) -> double& { return x.checkpoint_s; });
     }
   }
-  if (out.steps.empty()) out.note = "fewer than two step marks";
   return out;
 }
 
@@ -239,6 +253,35 @@ std::optional<Straggler> FindStraggler(const std::vector<RankSteps>& table) {
   return s;
 }
 
+std::optional<CollectiveCost> CollectiveCostOf(const std::vector<RankSteps>& table) {
+  size_t steps = 0;
+  std::vector<double> durations;
+  for (const RankSteps& r : table) {
+    steps = std::max(steps, r.steps.size());
+    for (const RankStep& s : r.steps) durations.push_back(s.dur_s);
+  }
+  CollectiveCost c;
+  double bytes = 0;
+  size_t counted = 0;
+  for (size_t k = 0; k < steps; ++k) {
+    const RankStep* least = nullptr;
+    for (const RankSteps& r : table) {
+      if (k < r.steps.size() && (least == nullptr || r.steps[k].collective_s < least->collective_s))
+        least = &r.steps[k];
+    }
+    if (least == nullptr) continue;
+    c.total_s += least->collective_s;
+    bytes += double(least->collective_bytes);
+    ++counted;
+  }
+  if (counted == 0 || c.total_s <= 0) return std::nullopt;
+  c.per_step_s = c.total_s / double(counted);
+  c.bytes_per_step = bytes / double(counted);
+  const double step_s = Median(durations);
+  c.pct_of_step = step_s > 0 ? 100 * c.per_step_s / step_s : 0;
+  return c;
+}
+
 doctor::RanksView ViewOf(const Job& job, const std::vector<RankSteps>& table,
                          const std::optional<Straggler>& straggler) {
   doctor::RanksView v;
@@ -316,6 +359,12 @@ doctor::Finding StragglerFinding(const std::vector<RankSteps>& table, const Stra
         "Balance the work per rank: bucket samples by length, pad to a common length, or "
         "split by token count rather than by sample count (the straggler does " +
         Fmt("%.0f%%", 100 * (s.elems_ratio - 1)) + " more work every step).";
+  } else if (s.rank == 0) {
+    title =
+        "Rank-0-only work: " + who + " spends longer outside data loading and collectives; " + wait;
+    fix = "Rank 0 does " + Duration(s.excess_per_step_s) +
+          " a step more work of its own: logging, metrics, evaluation or saving done only there. "
+          "Do it every N steps, on all ranks at once, or in a background thread.";
   } else {
     title = "Straggler: " + who + " computes slower; " + wait;
     fix = "Its own work takes " + Duration(s.excess_per_step_s) +
@@ -456,6 +505,23 @@ std::vector<doctor::Finding> DiagnoseRanks(const std::vector<RankSteps>& table,
                                            std::optional<int> job_exit_code) {
   std::vector<doctor::Finding> out;
   if (straggler) out.push_back(StragglerFinding(table, *straggler, duration_s));
+  if (std::optional<CollectiveCost> c = CollectiveCostOf(table);
+      c && c->pct_of_step >= 10 && c->per_step_s >= 1e-3) {
+    doctor::Finding x = doctor::NewFinding("communication",
+                                           "Collectives take " + Duration(c->per_step_s) +
+                                               " a step (" + Fmt("%.0f", c->pct_of_step) +
+                                               "% of it) even on the last rank to arrive",
+                                           c->total_s, duration_s, 0.8);
+    Add(x, "collective_ms_per_step", c->per_step_s * 1e3, "ms",
+        "the least time any rank spent in collectives, per step");
+    Add(x, "collective_mb_per_step", c->bytes_per_step / 1e6, "MB", "bytes they carried per step");
+    x.fix =
+        "Send fewer, larger messages and overlap them with compute: let DDP all-reduce the "
+        "gradients during backward (a larger bucket_cap_mb for many small tensors), all-reduce "
+        "metrics every N steps instead of every step, and accumulate gradients over N steps "
+        "with model.no_sync() so the ranks meet once every N steps.";
+    out.push_back(std::move(x));
+  }
 
   if (std::optional<doctor::Finding> x =
           DeadRankFinding(table, duration_s, job_end_s, job_exit_code)) {

@@ -31,8 +31,10 @@ struct RankStep {
   double data_wait_s = 0;   // DataLoader/loader waits of the training thread
   double sync_s = 0;        // collectives (+ DDP backward)
   double checkpoint_s = 0;  // blocking saves
-  double wait_s = 0;        // sync_s minus the step's smallest sync_s across ranks
-  int64_t samples = 0;      // in the step's batch, when recorded
+  double collective_s = 0;  // explicit collectives alone (part of sync_s)
+  int64_t collective_bytes = 0;
+  double wait_s = 0;    // sync_s minus the step's smallest sync_s across ranks
+  int64_t samples = 0;  // in the step's batch, when recorded
   int64_t elems = 0;
 };
 
@@ -75,12 +77,24 @@ void ComputeWaits(std::vector<RankSteps>* table);
 // happens in steps where that rank came last.
 std::optional<Straggler> FindStraggler(const std::vector<RankSteps>& table);
 
+// Time in explicit collectives that no rank escapes: per step, the least
+// collective time among the ranks (the last to arrive waits for nobody, so
+// its time is the transfer itself).
+struct CollectiveCost {
+  double per_step_s = 0;
+  double pct_of_step = 0;
+  double total_s = 0;
+  double bytes_per_step = 0;  // of the rank with the least time
+};
+std::optional<CollectiveCost> CollectiveCostOf(const std::vector<RankSteps>& table);
+
 // The heat map and table data for the report.
 doctor::RanksView ViewOf(const Job& job, const std::vector<RankSteps>& table,
                          const std::optional<Straggler>& straggler);
 
 // Findings across ranks, with time lost as a share of `duration_s`: the
-// straggler (cause by its reason), and, in a job that failed (its exit code
+// straggler (cause by its reason), collectives costing >= 10% of the step
+// and >= 1 ms (communication), and, in a job that failed (its exit code
 // or a rank's is not 0; unknown counts as failed), a stall at its end of at
 // least 5 s and 10 median steps: a rank left or hung while the others
 // blocked in their next collective (idle_allocation).

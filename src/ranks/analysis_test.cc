@@ -193,3 +193,49 @@ TEST(StepTableTest, AMissingRankGetsARowWithANote) {
 
 }  // namespace
 }  // namespace saturate::ranks
+
+namespace saturate::ranks {
+namespace {
+
+TEST(CollectiveCostTest, TheLeastCollectiveTimePerStepIsTheTransfer) {
+  std::vector<RankSteps> table(2);
+  for (int r = 0; r < 2; ++r) {
+    table[r].rank = r;
+    for (int k = 0; k < 10; ++k) {
+      // Rank 1 arrives 5 ms later each step: rank 0's extra 5 ms is waiting.
+      const double coll = r == 0 ? 0.025 : 0.020;
+      table[r].steps.push_back(
+          {.dur_s = 0.1, .sync_s = coll, .collective_s = coll, .collective_bytes = 4 << 20});
+    }
+  }
+  ComputeWaits(&table);
+  const std::optional<CollectiveCost> c = CollectiveCostOf(table);
+  ASSERT_TRUE(c);
+  EXPECT_NEAR(c->per_step_s, 0.020, 1e-12);
+  EXPECT_NEAR(c->pct_of_step, 20, 1e-9);
+  EXPECT_NEAR(c->total_s, 0.2, 1e-12);
+  EXPECT_EQ(c->bytes_per_step, 4 << 20);
+  const std::vector<doctor::Finding> f = DiagnoseRanks(table, std::nullopt, 10, 10, 0);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "communication");
+  EXPECT_NE(f[0].title.find("Collectives take 20 ms a step (20% of it)"), std::string::npos)
+      << f[0].title;
+  EXPECT_NE(f[0].fix.find("no_sync()"), std::string::npos);
+}
+
+TEST(StragglerTest, RankZerosOwnExtraWorkIsRankZeroOnlyWork) {
+  const std::vector<Phase> logger = {kData, {"forward", 0.050}, {"backward", 0.010}};
+  const std::vector<Phase> waiter = {kData, kForward, {"backward", 0.050}};
+  const std::vector<RankSteps> table = StepTable(JobOf({Rank(logger), Rank(waiter)}));
+  const std::optional<Straggler> s = FindStraggler(table);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->rank, 0);
+  EXPECT_EQ(s->reason, "compute");
+  const std::vector<doctor::Finding> f = DiagnoseRanks(table, s, 10, 10, 0);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].title.find("Rank-0-only work: rank 0 (a) spends longer"), std::string::npos)
+      << f[0].title;
+}
+
+}  // namespace
+}  // namespace saturate::ranks
