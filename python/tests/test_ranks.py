@@ -91,6 +91,15 @@ def test_a_rank_that_leaves_mid_epoch_is_named(tmp_path):
     assert {e["key"]: e["value"] for e in dead["evidence"]}["rank"] == 1
 
 
+def test_a_large_all_reduce_every_step_is_communication(tmp_path):
+    report, _ = doctor(tmp_path / "run", 2, "--sync-mb", "16")
+    (comm,) = [f for f in report["findings"] if f["cause"] == "communication"]
+    evidence = {e["key"]: e["value"] for e in comm["evidence"]}
+    assert comm["title"].startswith("Collectives take"), comm["title"]
+    assert abs(evidence["collective_mb_per_step"] - 16 * 2**20 / 1e6) < 0.01, evidence
+    assert "no_sync()" in comm["fix"]
+
+
 def test_a_healthy_job_has_no_rank_finding(tmp_path):
     report, _ = doctor(tmp_path / "run", 2, "--steps", "40")
     assert report["features"]["ranks"]["world_size"] == 2

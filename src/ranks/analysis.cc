@@ -66,11 +66,11 @@ void Spread(const std::vector<int64_t>& marks, int64_t start, int64_t end,
   }
 }
 
-// The step a time falls in (clamped to the steps there are; steps must not be empty).
-size_t StepOf(const std::vector<int64_t>& marks, int64_t t, size_t steps) {
+// The step a time falls in; none before the first mark or after the last.
+RankStep* StepAt(const std::vector<int64_t>& marks, int64_t t, std::vector<RankStep>* steps) {
   auto it = std::upper_bound(marks.begin(), marks.end(), t);
-  const size_t i = it == marks.begin() ? 0 : size_t(it - marks.begin()) - 1;
-  return std::min(i, steps - 1);
+  if (it == marks.begin() || it == marks.end()) return nullptr;
+  return &(*steps)[size_t(it - marks.begin()) - 1];
 }
 
 RankSteps StepsOf(const RankRun& r) {
@@ -116,16 +116,18 @@ RankSteps StepsOf(const RankRun& r) {
       Spread(marks, s.start_ns, end, &out.steps,
              [](RankStep& x) -> double& { return x.data_wait_s; });
       // The batch belongs to the step it was fetched in.
-      RankStep& step = out.steps[StepOf(marks, end, out.steps.size())];
-      if (auto a = s.args.find("samples"); a != s.args.end()) step.samples += a->second;
-      if (auto a = s.args.find("elems"); a != s.args.end()) step.elems += a->second;
+      if (RankStep* step = StepAt(marks, end, &out.steps)) {
+        if (auto a = s.args.find("samples"); a != s.args.end()) step->samples += a->second;
+        if (auto a = s.args.find("elems"); a != s.args.end()) step->elems += a->second;
+      }
     } else if (IsBlockingCollective(s) || (ddp && s.name == "backward")) {
       Spread(marks, s.start_ns, end, &out.steps, [](RankStep& x) -> double& { return x.sync_s; });
       if (s.name != "backward") {
         Spread(marks, s.start_ns, end, &out.steps,
                [](RankStep& x) -> double& { return x.collective_s; });
-        if (auto a = s.args.find("bytes"); a != s.args.end() && a->second > 0) {
-          out.steps[StepOf(marks, end, out.steps.size())].collective_bytes += a->second;
+        RankStep* step = StepAt(marks, end, &out.steps);
+        if (auto a = s.args.find("bytes"); step && a != s.args.end() && a->second > 0) {
+          step->collective_bytes += a->second;
         }
       }
     } else if (s.kind == doctor::SpanKind::kCheckpoint) {
@@ -532,29 +534,36 @@ std::vector<doctor::Finding> DiagnoseRanks(const std::vector<RankSteps>& table,
 
 namespace {
 
-// Adds the cross-rank findings to the first rank's own. When the straggler is
-// that rank and it already has a finding of the same cause (its checkpoint
-// stall, its data wait), the two become one: the rank's own loss plus what
-// the others lose waiting for it.
+// Adds the cross-rank findings to the first rank's own, so one cause is one
+// finding. A straggler that is the first rank, with a finding of the same
+// cause of its own (its checkpoint stall, its data wait): the rank's own loss
+// plus what the others lose waiting for it. Collectives: the cross-rank
+// measure (the time no rank escapes) replaces the first rank's, which counts
+// its waits as communication too; its fix, with numbers, is kept.
 void MergeFindings(const std::vector<doctor::Finding>& cross, int first_rank,
                    std::vector<doctor::Finding>* findings) {
   for (const doctor::Finding& x : cross) {
-    const bool about_first = !x.evidence.empty() && x.evidence.front().key == "straggler_rank" &&
-                             x.evidence.front().value == first_rank;
+    const std::string& key = x.evidence.empty() ? "" : x.evidence.front().key;
+    const bool about_first = key == "straggler_rank" && x.evidence.front().value == first_rank;
+    const bool collectives = key == "collective_ms_per_step";
     auto same = std::find_if(findings->begin(), findings->end(), [&](const doctor::Finding& f) {
-      return about_first && f.cause == x.cause && !f.info;
+      return (about_first || collectives) && f.cause == x.cause && !f.info;
     });
     if (same == findings->end()) {
       findings->push_back(x);
       continue;
     }
     doctor::Finding merged = x;
-    merged.time_lost_s += same->time_lost_s;
-    merged.time_lost_pct += same->time_lost_pct;
     merged.evidence.insert(merged.evidence.end(), same->evidence.begin(), same->evidence.end());
-    merged.sites = same->sites;
-    merged.fix = same->fix + " Every other rank waits for it at the next collective.";
     merged.fix_value = same->fix_value;
+    if (collectives) {
+      merged.fix = same->fix + " All-reduce metrics every N steps, not every step.";
+    } else {
+      merged.time_lost_s += same->time_lost_s;
+      merged.time_lost_pct += same->time_lost_pct;
+      merged.sites = same->sites;
+      merged.fix = same->fix + " Every other rank waits for it at the next collective.";
+    }
     *same = std::move(merged);
   }
 }

@@ -6,6 +6,7 @@ or srun, with causes that can be planted from the command line:
     torchrun --nproc_per_node=4 ddp_job.py --save-every 1      # rank 0 checkpoints
     torchrun --nproc_per_node=2 ddp_job.py --exit-rank 1 --exit-step 10 --timeout-s 20
     torchrun --nproc_per_node=3 ddp_job.py --uneven-rank 2      # longer sequences on one rank
+    torchrun --nproc_per_node=2 ddp_job.py --sync-mb 16         # a large all-reduce every step
 
 Knows nothing about saturate.
 """
@@ -63,6 +64,8 @@ def main():
     p.add_argument("--exit-step", type=int, default=0)
     p.add_argument("--uneven-rank", type=int, default=-1, help="this rank gets 3x longer sequences")
     p.add_argument("--timeout-s", type=float, default=120)
+    p.add_argument("--sync-mb", type=float, default=0,
+                   help="all-reduce this many MB of metrics every step")
     args = p.parse_args()
 
     # torchrun sets RANK/WORLD_SIZE; under srun they come from Slurm.
@@ -82,12 +85,15 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     ckpt = os.path.join(tempfile.gettempdir(), "ddp_job_%d.pt" % os.getpid())
 
+    metrics = torch.zeros(int(args.sync_mb * (1 << 20) / 4))
     step = 0
     for x, y in loader:
         loss = nn.functional.cross_entropy(model(x).mean(dim=1), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if args.sync_mb:
+            dist.all_reduce(metrics)
         step += 1
         if rank == 0 and args.save_every and step % args.save_every == 0:
             with SlowStorage(ckpt, "wb") as f:
