@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "job/runner.h"
+#include "ranks/rank_scanner.h"
 #include "saturate/watch/watcher.h"
 #include "watch/metrics_server.h"
 
@@ -18,23 +19,65 @@ namespace saturate::cli {
 namespace {
 
 // The live view on a terminal (redrawn in place), or one plain line per
-// refresh otherwise; on stderr, so the command's stdout stays clean.
+// refresh otherwise; on stderr, so the command's stdout stays clean. A
+// banner (the latest HANG alert) stays under the redrawn screen.
 class View {
  public:
   View(bool quiet) : quiet_(quiet), screen_(isatty(STDERR_FILENO) != 0) {}
   void Draw(const watch::Watcher& w) {
     if (quiet_ || w.stats().samples == 0) return;
     if (screen_) {
-      std::fprintf(stderr, "\033[H\033[2J%s", w.Render(/*screen=*/true).c_str());
+      std::fprintf(stderr, "\033[H\033[2J%s%s", w.Render(/*screen=*/true).c_str(), banner_.c_str());
     } else {
       std::fprintf(stderr, "%s\n", w.Render(/*screen=*/false).c_str());
     }
     std::fflush(stderr);
   }
+  void SetBanner(std::string text) { banner_ = std::move(text); }
 
  private:
   bool quiet_, screen_;
+  std::string banner_;
 };
+
+// --hang-timeout: a duration, or "0"/"off" for no hang watch.
+Result<int64_t> ParseHangTimeoutNs(const std::string& text) {
+  if (text == "0" || text == "0s" || text == "off") return int64_t{0};
+  Result<int64_t> ns = ParseDurationNs(text);
+  if (!ns.ok()) return ns.status().WithContext("--hang-timeout");
+  return ns;
+}
+
+// The hang watch of a multi-rank job recorded into the run directory: not
+// without one, not when turned off, and, when saturate runs as a rank itself,
+// only in each node's local rank 0 (hang.json in its node folder).
+std::unique_ptr<ranks::HangWatch> MakeHangWatch(const job::JobOptions& o, int64_t hang_ns) {
+  if (o.run_dir.empty() || hang_ns <= 0) return nullptr;
+  ranks::HangWatchOptions h;
+  h.run_dir = o.run_dir;
+  h.stall_ns = hang_ns;
+  if (o.rank) {
+    if (o.rank->local_rank != 0) return nullptr;
+    h.host = o.rank->host;
+    h.hang_json = o.run_dir + "/node-" + o.rank->host + "/hang.json";
+  }
+  return std::make_unique<ranks::HangWatch>(h);
+}
+
+// "saturate watch: HANG: no rank has stepped for 62 s; rank 1 ..." and its
+// stack lines; "saturate watch: HANG over: steps resumed after 75 s ...".
+void ReportHang(const std::string& name, const ranks::HangEvent& e, bool quiet, View* view) {
+  const bool stalled = e.kind == ranks::HangEvent::Kind::kStalled;
+  const std::string line =
+      "saturate " + name + (stalled ? ": HANG: " : ": HANG over: ") + e.message + "\n";
+  view->SetBanner(stalled ? "\n" + line : "");
+  if (quiet) return;
+  std::fputs(line.c_str(), stderr);
+  if (!e.saved.ok()) {
+    std::fprintf(stderr, "saturate %s: %s\n", name.c_str(), e.saved.ToString().c_str());
+  }
+  std::fflush(stderr);
+}
 
 Result<job::JobOptions> MakeOptions(const WatchFlags& f) {
   job::JobOptions o;
@@ -85,6 +128,11 @@ void AddCommonWatchFlags(CLI::App* cmd, WatchFlags* f) {
   cmd->add_option("--nvml-library", f->nvml_library,
                   "Path of libnvidia-ml (default: libnvidia-ml.so.1, then .so)");
   AddNoAutoFlag(cmd, &f->no_auto);
+  cmd->add_option("--hang-timeout", f->hang_timeout,
+                  "A multi-rank job whose ranks all stop stepping this long gets a HANG line "
+                  "naming the hung or dead rank, with its Python stack, and RUN/hang.json "
+                  "(0: off)")
+      ->capture_default_str();
 }
 
 Status RunWatched(const std::string& name, WatchFlags f, int* exit_code, std::string* run_dir) {
@@ -92,6 +140,7 @@ Status RunWatched(const std::string& name, WatchFlags f, int* exit_code, std::st
   SATURATE_ASSIGN_OR_RETURN(job::JobOptions options, MakeOptions(f));
   *run_dir = options.run_dir;
   SATURATE_ASSIGN_OR_RETURN(int64_t refresh_ns, ParseDurationNs(f.refresh));
+  SATURATE_ASSIGN_OR_RETURN(int64_t hang_ns, ParseHangTimeoutNs(f.hang_timeout));
 
   SATURATE_ASSIGN_OR_RETURN(std::unique_ptr<job::Job> job, job::Job::Start(options));
   const watch::Watcher& watcher = job->watcher();
@@ -119,13 +168,25 @@ Status RunWatched(const std::string& name, WatchFlags f, int* exit_code, std::st
   }
 
   View view(f.quiet || f.no_view);
+  std::unique_ptr<ranks::HangWatch> hang = MakeHangWatch(options, hang_ns);
   auto next_draw = std::chrono::steady_clock::now();
   SATURATE_ASSIGN_OR_RETURN(job::JobResult result, job->Run([&] {
-    if (std::chrono::steady_clock::now() >= next_draw) {
+    const auto now = std::chrono::steady_clock::now();
+    if (hang) {  // cheap between its scans, once a second
+      const int64_t now_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+      for (const ranks::HangEvent& e : hang->Poll(now_ns)) {
+        ReportHang(name, e, f.quiet, &view);
+      }
+    }
+    if (now >= next_draw) {
       view.Draw(watcher);
       next_draw += std::chrono::nanoseconds(refresh_ns);
     }
   }));
+  if (hang) {
+    for (const ranks::HangEvent& e : hang->Finish()) ReportHang(name, e, f.quiet, &view);
+  }
   server.reset();
   *exit_code = result.exit_code;
   if (!f.quiet) {
