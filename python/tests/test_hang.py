@@ -145,3 +145,12 @@ def test_a_hung_rank_is_named_with_its_stack_while_the_job_runs(tmp_path):
     assert len(rank_pids) == 2, report
     assert not left, f"ranks still running after saturate was stopped: {left}"
     assert time.monotonic() - started < 60
+
+    # Afterwards, doctor's report names the rank watch saw hang, with its stack.
+    r = subprocess.run([*cli(), "report", str(run), "--no-html"], env=clean_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(run / "findings.json") as f:
+        findings = json.load(f)["findings"]
+    (dead,) = [f for f in findings if f["cause"] == "idle_allocation"]
+    assert "rank 1 hung (seen while the job ran, at hang_job.py" in dead["title"], dead["title"]

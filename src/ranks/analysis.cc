@@ -396,8 +396,9 @@ std::string Clip(const std::string& text) {
 // An exception a rank gets because another rank failed (the peer closed
 // the connection, the collective timed out), not a cause of its own.
 bool IsPeerFailure(const std::string& exception) {
-  for (const char* word : {"closed by peer", "Connection reset", "timed out", "Timeout", "timeout",
-                           "NCCL", "DistBackendError", "ProcessGroup", "Broken pipe"}) {
+  for (const char* word :
+       {"closed by peer", "Connection reset", "timed out", "Timed out", "Timeout", "timeout",
+        "NCCL", "DistBackendError", "ProcessGroup", "Broken pipe"}) {
     if (exception.find(word) != std::string::npos) return true;
   }
   return false;
@@ -442,7 +443,8 @@ const RankSteps* FirstToFail(const std::vector<RankSteps>& table, std::string* h
 // blocked in their next collective.
 std::optional<doctor::Finding> DeadRankFinding(const std::vector<RankSteps>& table,
                                                double duration_s, double job_end_s,
-                                               std::optional<int> job_exit_code) {
+                                               std::optional<int> job_exit_code,
+                                               const std::optional<LiveHang>& hang) {
   std::vector<double> durations;
   double progress_end_s = 0;
   int ranks = 0;
@@ -459,6 +461,16 @@ std::optional<doctor::Finding> DeadRankFinding(const std::vector<RankSteps>& tab
   const bool stalled = stalled_s >= std::max(5.0, 10 * Median(durations));
   std::string how;
   const RankSteps* culprit = FirstToFail(table, &how);
+  // What saturate watch saw live outranks what the ends of the files suggest:
+  // a hung rank is killed along with the ranks that timed out waiting for it.
+  if (hang && hang->suspect_rank && hang->kind != "unknown") {
+    for (const RankSteps& r : table) {
+      if (r.rank != *hang->suspect_rank) continue;
+      culprit = &r;
+      how = (hang->kind == "dead" ? "died" : "hung") + std::string(" (seen while the job ran") +
+            (hang->suspect_stack.empty() ? "" : ", at " + hang->suspect_stack.front()) + ")";
+    }
+  }
   if (culprit == nullptr && !stalled) return std::nullopt;
   if (culprit == nullptr) {
     for (const RankSteps& r : table) {
@@ -504,7 +516,8 @@ std::optional<doctor::Finding> DeadRankFinding(const std::vector<RankSteps>& tab
 std::vector<doctor::Finding> DiagnoseRanks(const std::vector<RankSteps>& table,
                                            const std::optional<Straggler>& straggler,
                                            double duration_s, double job_end_s,
-                                           std::optional<int> job_exit_code) {
+                                           std::optional<int> job_exit_code,
+                                           const std::optional<LiveHang>& hang) {
   std::vector<doctor::Finding> out;
   if (straggler) out.push_back(StragglerFinding(table, *straggler, duration_s));
   if (std::optional<CollectiveCost> c = CollectiveCostOf(table);
@@ -526,7 +539,7 @@ std::vector<doctor::Finding> DiagnoseRanks(const std::vector<RankSteps>& table,
   }
 
   if (std::optional<doctor::Finding> x =
-          DeadRankFinding(table, duration_s, job_end_s, job_exit_code)) {
+          DeadRankFinding(table, duration_s, job_end_s, job_exit_code, hang)) {
     out.push_back(std::move(*x));
   }
   return out;
@@ -592,7 +605,7 @@ Result<DirAnalysis> AnalyzeDir(const std::string& dir, const doctor::AnalysisOpt
   out.analysis.features.ranks = ViewOf(job, table, straggler);
   const std::vector<doctor::Finding> extra =
       DiagnoseRanks(table, straggler, out.analysis.features.duration_s,
-                    out.analysis.features.duration_s, out.run.meta.exit_code);
+                    out.analysis.features.duration_s, out.run.meta.exit_code, job.hang);
   std::vector<doctor::Finding> found = out.analysis.findings;
   MergeFindings(extra, job.ranks.front().rank, &found);
   out.analysis.findings = doctor::RankFindings(std::move(found), options.min_time_lost_pct);

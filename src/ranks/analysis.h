@@ -97,11 +97,13 @@ doctor::RanksView ViewOf(const Job& job, const std::vector<RankSteps>& table,
 // and >= 1 ms (communication), and, in a job that failed (its exit code
 // or a rank's is not 0; unknown counts as failed), a stall at its end of at
 // least 5 s and 10 median steps: a rank left or hung while the others
-// blocked in their next collective (idle_allocation).
+// blocked in their next collective (idle_allocation). A rank that
+// `saturate watch` saw hang or die while the job ran (`hang`) is named first.
 std::vector<doctor::Finding> DiagnoseRanks(const std::vector<RankSteps>& table,
                                            const std::optional<Straggler>& straggler,
                                            double duration_s, double job_end_s,
-                                           std::optional<int> job_exit_code);
+                                           std::optional<int> job_exit_code,
+                                           const std::optional<LiveHang>& hang = std::nullopt);
 
 // A run directory analysed the way doctor reports it: a single run as
 // doctor::Analyze does; a job as its first rank's analysis (with its node's

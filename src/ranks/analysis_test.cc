@@ -239,3 +239,34 @@ TEST(StragglerTest, RankZerosOwnExtraWorkIsRankZeroOnlyWork) {
 
 }  // namespace
 }  // namespace saturate::ranks
+
+namespace saturate::ranks {
+namespace {
+
+TEST(DeadRankTest, WhatWatchSawLiveNamesTheHungRank) {
+  // Rank 1 hung; rank 0 timed out waiting for it; the launcher killed rank 1.
+  std::vector<RankSteps> table(2);
+  for (int r = 0; r < 2; ++r) {
+    table[r].rank = r;
+    for (int k = 0; k < 8; ++k) table[r].steps.push_back({.start_s = 1 + 0.1 * k, .dur_s = 0.1});
+    table[r].last_event_s = 1.8;
+  }
+  table[0].exit_s = 27;
+  table[0].exception = "RuntimeError: Timed out waiting 25000ms for recv operation to complete";
+  LiveHang hang{.suspect_rank = 1,
+                .kind = "hung",
+                .stalled_s = 3,
+                .suspect_stack = {"hang_job.py:27 in hang: time.sleep(3600)"}};
+  const std::vector<doctor::Finding> f = DiagnoseRanks(table, std::nullopt, 28, 28, 1, hang);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].title.find("rank 1 hung (seen while the job ran, at hang_job.py:27 in hang"),
+            std::string::npos)
+      << f[0].title;
+  // Without it, the timed-out rank is a victim, and the one killed without a record is named.
+  const std::vector<doctor::Finding> g = DiagnoseRanks(table, std::nullopt, 28, 28, 1);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_NE(g[0].title.find("rank 1 died without exiting"), std::string::npos) << g[0].title;
+}
+
+}  // namespace
+}  // namespace saturate::ranks

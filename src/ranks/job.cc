@@ -151,6 +151,40 @@ std::string Seconds(int64_t ns) {
   return buf;
 }
 
+// The latest unrecovered stall of RUN/hang.json or RUN/<node>/hang.json.
+std::optional<LiveHang> ReadHang(const fs::path& dir) {
+  std::vector<fs::path> paths = {dir / "hang.json"};
+  for (const fs::path& sub : SortedSubdirs(dir)) paths.push_back(sub / "hang.json");
+  std::optional<LiveHang> latest;
+  int64_t latest_ns = 0;
+  for (const fs::path& path : paths) {
+    Result<std::string> text = ReadFileToString(path.string());
+    if (!text.ok()) continue;
+    const json h = json::parse(*text, nullptr, false);
+    if (!h.is_object() || h.value("recovered", false)) continue;
+    const int64_t t = h.value("t_unix_ns", int64_t{0});
+    if (latest && t <= latest_ns) continue;
+    LiveHang hang;
+    if (auto it = h.find("suspect_rank"); it != h.end() && it->is_number_integer()) {
+      hang.suspect_rank = it->get<int>();
+    }
+    hang.kind = h.value("kind", "");
+    hang.stalled_s = h.value("stalled_s", 0.0);
+    if (hang.suspect_rank) {
+      const json stacks = h.value("stacks", json::object());
+      const std::string key = std::to_string(*hang.suspect_rank);
+      if (stacks.is_object() && stacks.contains(key) && stacks[key].is_array()) {
+        for (const json& line : stacks[key]) {
+          if (line.is_string()) hang.suspect_stack.push_back(line.get<std::string>());
+        }
+      }
+    }
+    latest = std::move(hang);
+    latest_ns = t;
+  }
+  return latest;
+}
+
 }  // namespace
 
 // Sync points every rank leaves together: blocking collectives, else DDP's
@@ -361,6 +395,7 @@ Result<Job> LoadJob(const std::string& dir) {
   std::sort(job.missing_ranks.begin(), job.missing_ranks.end());
 
   job.clock = AlignJob(job.ranks);
+  job.hang = ReadHang(dir);
   for (RankRun& r : job.ranks) {
     r.clock_offset_ns = job.clock.host_offset_ns[r.host];
     ShiftRun(r.clock_offset_ns, &r.run);

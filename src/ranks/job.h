@@ -48,6 +48,15 @@ struct ClockAlignment {
   int64_t residual_skew_ns = 0;  // median spread of a sync point's ends after alignment
 };
 
+// What `saturate watch` saw while the job ran (RUN/hang.json, written by
+// src/ranks/rank_scanner.h): a stall and the rank it suspected.
+struct LiveHang {
+  std::optional<int> suspect_rank;
+  std::string kind;  // "dead", "hung", "unknown"
+  double stalled_s = 0;
+  std::vector<std::string> suspect_stack;  // its main thread's innermost frames, when dumped
+};
+
 struct Job {
   std::string dir;
   int world_size = 0;
@@ -56,6 +65,7 @@ struct Job {
   std::vector<std::string> hosts;  // in order of first rank
   ClockAlignment clock;
   std::vector<std::string> warnings;  // for the user: missing ranks, far-apart clocks, ...
+  std::optional<LiveHang> hang;       // the latest stall that did not recover
 };
 
 // Whether `dir` holds rank folders (RUN/rank-<r>/ or RUN/<node>/rank-<r>/).

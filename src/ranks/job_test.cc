@@ -147,9 +147,18 @@ TEST(LoadJobTest, NodeFoldersAndTaskExitCodes) {
   WriteRank(dir.Join("rank-0"), 0, 2, "a", kS, 10 * kS, Training(100, kS, 5));
   WriteRank(dir.Join("rank-1"), 1, 2, "b", kS, 10 * kS, Training(101, kS, 5));
   std::ofstream(dir.Join("rank-1/task.json")) << R"({"rank": 1, "exit_code": 3})";
+  const json hang = {{"t_unix_ns", 5},
+                     {"suspect_rank", 1},
+                     {"kind", "hung"},
+                     {"stalled_s", 61.5},
+                     {"stacks", {{"1", {"train.py:9 in load: f.read()"}}}}};
+  std::ofstream(dir.Join("node-b/hang.json")) << hang.dump();
   SATURATE_ASSERT_OK_AND_ASSIGN(Job job, LoadJob(dir.path()));
   ASSERT_EQ(job.ranks.size(), 2u);
   EXPECT_EQ(job.ranks[1].exit_code, 3);
+  ASSERT_TRUE(job.hang);
+  EXPECT_EQ(job.hang->suspect_rank, 1);
+  EXPECT_EQ(job.hang->suspect_stack, std::vector<std::string>{"train.py:9 in load: f.read()"});
   EXPECT_EQ(job.ranks[1].run.meta.host, "b");
   std::string all;
   for (const std::string& w : job.warnings) all += w + "\n";
