@@ -16,8 +16,8 @@ std::optional<RankEnv> From(const std::map<std::string, std::string>& vars) {
 }
 
 TEST(RankEnvTest, TorchrunNamesRankLocalRankAndWorld) {
-  auto r = From({{"RANK", "3"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "4"},
-                 {"TORCHELASTIC_RUN_ID", "x"}});
+  auto r =
+      From({{"RANK", "3"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "4"}, {"TORCHELASTIC_RUN_ID", "x"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->rank, 3);
   EXPECT_EQ(r->local_rank, 1);
@@ -28,15 +28,17 @@ TEST(RankEnvTest, TorchrunNamesRankLocalRankAndWorld) {
 }
 
 TEST(RankEnvTest, TorchrunUnderSrunKeepsTorchrunsRanks) {
-  auto r = From({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"SLURM_PROCID", "1"},
-                 {"SLURM_STEP_NUM_TASKS", "2"}});
+  auto r = From(
+      {{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"SLURM_PROCID", "1"}, {"SLURM_STEP_NUM_TASKS", "2"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->rank, 5);
   EXPECT_EQ(r->world_size, 8);
 }
 
 TEST(RankEnvTest, SlurmStepTasksAreRanksButTheBatchScriptIsNot) {
-  auto r = From({{"SLURM_PROCID", "1"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS", "2"},
+  auto r = From({{"SLURM_PROCID", "1"},
+                 {"SLURM_LOCALID", "1"},
+                 {"SLURM_NTASKS", "2"},
                  {"SLURM_STEP_NUM_TASKS", "2"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->launcher, "slurm");
