@@ -31,6 +31,18 @@ Job JobOf(std::vector<doctor::Run> runs) {
   return job;
 }
 
+// Two ranks that each ran `steps` steps of 100 ms from 1 s, then recorded nothing more.
+std::vector<RankSteps> TwoRanksOfSteps(int steps) {
+  std::vector<RankSteps> table(2);
+  for (int r = 0; r < 2; ++r) {
+    table[r].rank = r;
+    for (int k = 0; k < steps; ++k)
+      table[r].steps.push_back({.start_s = 1 + 0.1 * k, .dur_s = 0.1});
+    table[r].last_event_s = 1 + 0.1 * steps;
+  }
+  return table;
+}
+
 const Phase kData{"data_wait", 0.005, SpanKind::kLoader};
 const Phase kForward{"forward", 0.010};
 
@@ -124,35 +136,25 @@ TEST(StragglerTest, SmallJitterIsNotAStraggler) {
 }
 
 TEST(DeadRankTest, ARankThatLeftWhileTheOthersBlockedIsNamed) {
-  std::vector<RankSteps> table(2);
-  for (int r = 0; r < 2; ++r) {
-    table[r].rank = r;
-    for (int k = 0; k < 10; ++k) table[r].steps.push_back({.start_s = 1 + 0.1 * k, .dur_s = 0.1});
-    table[r].last_event_s = 2.1;
-  }
-  table[1].exit_s = 2.1;  // it left; rank 0 blocked until the job was stopped
+  std::vector<RankSteps> table = TwoRanksOfSteps(10);
+  table[1].exit_s = 2.0;  // it left; rank 0 blocked until the job was stopped
   std::vector<doctor::Finding> f = DiagnoseRanks(table, std::nullopt, 30, 30, 1);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].cause, "idle_allocation");
   EXPECT_FALSE(f[0].info);
   EXPECT_NE(f[0].title.find("rank 1 exited (through sys.exit"), std::string::npos) << f[0].title;
-  EXPECT_NE(f[0].title.find("no progress for the last 27.9 s"), std::string::npos) << f[0].title;
-  EXPECT_NEAR(f[0].time_lost_s, (30 - 2.1) / 2, 1e-9);
+  EXPECT_NE(f[0].title.find("no progress for the last 28.0 s"), std::string::npos) << f[0].title;
+  EXPECT_NEAR(f[0].time_lost_s, (30 - 2.0) / 2, 1e-9);
   // A job that ended well only ended slowly.
   EXPECT_TRUE(DiagnoseRanks(table, std::nullopt, 30, 30, 0).empty());
 }
 
 TEST(DeadRankTest, ARankThatLeftAndBrokeTheOthersConnectionsIsNamedWithoutAStall) {
   // Gloo: rank 0's all-reduce fails at once when rank 1 exits.
-  std::vector<RankSteps> table(2);
-  for (int r = 0; r < 2; ++r) {
-    table[r].rank = r;
-    for (int k = 0; k < 10; ++k) table[r].steps.push_back({.start_s = 1 + 0.1 * k, .dur_s = 0.1});
-    table[r].last_event_s = 2.1;
-  }
-  table[0].exit_s = 2.15;
+  std::vector<RankSteps> table = TwoRanksOfSteps(10);
+  table[0].exit_s = 2.05;
   table[0].exception = "RuntimeError: Connection closed by peer [127.0.0.1]:1234";
-  table[1].exit_s = 2.1;
+  table[1].exit_s = 2.0;
   std::vector<doctor::Finding> f = DiagnoseRanks(table, std::nullopt, 3, 3, 1);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_TRUE(f[0].info);  // no stall to count, but the failure is named
@@ -170,12 +172,8 @@ TEST(DeadRankTest, ARankThatLeftAndBrokeTheOthersConnectionsIsNamedWithoutAStall
 }
 
 TEST(DeadRankTest, AllRanksStoppedTogetherIsAHang) {
-  std::vector<RankSteps> table(2);
-  for (int r = 0; r < 2; ++r) {
-    table[r].rank = r;
-    for (int k = 0; k < 10; ++k) table[r].steps.push_back({.start_s = 1 + 0.1 * k, .dur_s = 0.1});
-    table[r].last_event_s = 2.1 - 0.05 * r;
-  }
+  std::vector<RankSteps> table = TwoRanksOfSteps(10);
+  table[1].last_event_s -= 0.05;
   std::vector<doctor::Finding> f = DiagnoseRanks(table, std::nullopt, 60, 60, 137);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_NE(f[0].title.find("rank 1 stopped first; the ranks hung"), std::string::npos)
@@ -245,12 +243,7 @@ namespace {
 
 TEST(DeadRankTest, WhatWatchSawLiveNamesTheHungRank) {
   // Rank 1 hung; rank 0 timed out waiting for it; the launcher killed rank 1.
-  std::vector<RankSteps> table(2);
-  for (int r = 0; r < 2; ++r) {
-    table[r].rank = r;
-    for (int k = 0; k < 8; ++k) table[r].steps.push_back({.start_s = 1 + 0.1 * k, .dur_s = 0.1});
-    table[r].last_event_s = 1.8;
-  }
+  std::vector<RankSteps> table = TwoRanksOfSteps(8);
   table[0].exit_s = 27;
   table[0].exception = "RuntimeError: Timed out waiting 25000ms for recv operation to complete";
   LiveHang hang{.suspect_rank = 1,
