@@ -407,18 +407,28 @@ bool IsPeerFailure(const std::string& exception) {
 // The rank that ended the job: one that exited while the others went on, else
 // one whose own exception ended it, else one killed without a record while
 // the others recorded theirs; the earliest such. Empty when none stands out.
-const RankSteps* FirstToFail(const std::vector<RankSteps>& table, std::string* how) {
+const RankSteps* FirstToFail(const std::vector<RankSteps>& table, bool stalled, std::string* how) {
   const RankSteps* best = nullptr;
   int best_kind = 4;
   const bool others_recorded = std::any_of(table.begin(), table.end(),
                                            [](const RankSteps& r) { return r.exit_s.has_value(); });
+  size_t most_steps = 0;
+  bool others_blocked = stalled;
+  for (const RankSteps& r : table) {
+    most_steps = std::max(most_steps, r.steps.size());
+    others_blocked = others_blocked || IsPeerFailure(r.exception);
+  }
   for (const RankSteps& r : table) {
     if (r.steps.empty() && !r.exit_s) continue;
+    // Leaving and dying count when the rank stopped short of the steps
+    // another rank took, or the others then failed waiting for a peer or
+    // stalled; a rank that ended with the rest did not stop the job.
+    const bool short_of_others = r.steps.size() < most_steps || others_blocked;
     int kind = 4;
-    if (r.exit_s && r.exception.empty()) kind = 1;
+    if (r.exit_s && r.exception.empty() && short_of_others) kind = 1;
     if (r.exit_s && !r.exception.empty() && !IsPeerFailure(r.exception)) kind = 2;
     if (r.exit_code.value_or(0) != 0 && !r.exit_s) kind = 2;
-    if (!r.exit_s && others_recorded) kind = 3;
+    if (!r.exit_s && others_recorded && short_of_others) kind = 3;
     const double t = r.exit_s.value_or(r.last_event_s);
     if (kind < best_kind ||
         (kind == best_kind && best != nullptr && t < best->exit_s.value_or(best->last_event_s))) {
@@ -460,7 +470,7 @@ std::optional<doctor::Finding> DeadRankFinding(const std::vector<RankSteps>& tab
   const double stalled_s = std::max(0.0, job_end_s - progress_end_s);
   const bool stalled = stalled_s >= std::max(5.0, 10 * Median(durations));
   std::string how;
-  const RankSteps* culprit = FirstToFail(table, &how);
+  const RankSteps* culprit = FirstToFail(table, stalled, &how);
   // What saturate watch saw live outranks what the ends of the files suggest:
   // a hung rank is killed along with the ranks that timed out waiting for it.
   if (hang && hang->suspect_rank && hang->kind != "unknown") {

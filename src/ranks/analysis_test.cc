@@ -263,3 +263,19 @@ TEST(DeadRankTest, WhatWatchSawLiveNamesTheHungRank) {
 
 }  // namespace
 }  // namespace saturate::ranks
+
+namespace saturate::ranks {
+namespace {
+
+TEST(DeadRankTest, ARankThatFinishedWithTheOthersDidNotStopTheJob) {
+  // Every rank took its 10 steps; rank 2 crashed in native teardown after its
+  // exit handlers, and the launcher killed the others: no rank left early.
+  std::vector<RankSteps> table = TwoRanksOfSteps(10);
+  table.push_back(table[1]);
+  table[2].rank = 2;
+  table[2].exit_s = 2.0;
+  EXPECT_TRUE(DiagnoseRanks(table, std::nullopt, 3, 3, 1).empty());
+}
+
+}  // namespace
+}  // namespace saturate::ranks

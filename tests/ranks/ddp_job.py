@@ -107,6 +107,7 @@ def main():
         print("done: %d steps on %d ranks" % (step, world), flush=True)
     if os.path.exists(ckpt):
         os.remove(ckpt)
+    dist.barrier()  # every rank done before the group goes away
     dist.destroy_process_group()
 
 
