@@ -91,6 +91,7 @@ struct RankRow {
   int rank = 0;
   int local_rank = 0;
   std::string host;
+  std::string gpu;                  // "cuda:1" from its copies to the device; empty: none seen
   std::vector<double> step_s;       // step times
   std::vector<double> data_wait_s;  // waiting for the next batch, per step
   std::vector<double> wait_s;       // waiting for other ranks (collectives), per step

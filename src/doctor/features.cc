@@ -986,11 +986,17 @@ nlohmann::json RanksJson(const RanksView& v) {
   using json = nlohmann::json;
   json rows = json::array();
   for (const RankRow& r : v.rows) {
-    json row = {{"rank", r.rank},     {"local_rank", r.local_rank},
-                {"host", r.host},     {"steps", r.step_s.size()},
-                {"step_s", r.step_s}, {"data_wait_s", r.data_wait_s},
-                {"wait_s", r.wait_s}, {"clock_offset_ms", r.clock_offset_ms},
-                {"exited", r.exited}, {"exception", r.exception},
+    json row = {{"rank", r.rank},
+                {"local_rank", r.local_rank},
+                {"host", r.host},
+                {"gpu", r.gpu},
+                {"steps", r.step_s.size()},
+                {"step_s", r.step_s},
+                {"data_wait_s", r.data_wait_s},
+                {"wait_s", r.wait_s},
+                {"clock_offset_ms", r.clock_offset_ms},
+                {"exited", r.exited},
+                {"exception", r.exception},
                 {"note", r.note}};
     Put(row, "exit_code", r.exit_code);
     rows.push_back(std::move(row));

@@ -768,6 +768,7 @@ std::string RankHeatMap(const RanksView& view, std::vector<double> RankRow::*val
 std::string ExitWords(const RankRow& r, size_t most_steps) {
   if (!r.note.empty()) return r.note;
   std::string words = r.exit_code ? std::to_string(*r.exit_code) : r.exited ? "exited" : "—";
+  if (!r.exception.empty()) words = "failed: " + r.exception.substr(0, 80);
   if ((r.exited || r.exit_code) && r.step_s.size() < most_steps) words += ", left early";
   return words;
 }
@@ -775,7 +776,7 @@ std::string ExitWords(const RankRow& r, size_t most_steps) {
 std::string RanksTable(const RanksView& view) {
   const size_t most = MostSteps(view, &RankRow::step_s);
   std::string html =
-      "<table class=\"ranks\">\n<thead><tr><th class=\"num\">rank</th><th>host</th><th "
+      "<table class=\"ranks\">\n<thead><tr><th class=\"num\">rank</th><th>host</th><th>GPU</th><th "
       "class=\"num\">steps</th><th class=\"num\">median step s</th><th class=\"num\">mean data "
       "wait s</th><th class=\"num\">mean wait for others s</th><th class=\"num\">clock offset "
       "ms</th><th>exit</th></tr></thead>\n<tbody>\n";
@@ -788,6 +789,7 @@ std::string RanksTable(const RanksView& view) {
     std::string rank = std::to_string(r.rank);
     if (IsStraggler(view, r)) rank = "<b>" + rank + "</b> straggler";
     html += "<tr><td class=\"num\">" + rank + "</td><td class=\"mono\">" + HtmlEscape(r.host) +
+            "</td><td class=\"mono\">" + (r.gpu.empty() ? "—" : HtmlEscape(r.gpu)) +
             "</td><td class=\"num\">" + std::to_string(r.step_s.size()) +
             "</td><td class=\"num\">" + seconds(r.step_s, Median(r.step_s)) +
             "</td><td class=\"num\">" + seconds(r.data_wait_s, Mean(r.data_wait_s)) +

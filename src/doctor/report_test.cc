@@ -326,11 +326,12 @@ TEST(ReportRanks, TableHasARowPerRankWithTheMissingOne) {
   ASSERT_NE(table, std::string::npos);
   const std::string t = html.substr(table, html.find("</table>", table) - table);
   EXPECT_EQ(Count(t, "<tr>"), 5u);  // header and four ranks
-  EXPECT_NE(t.find("<td class=\"num\">0</td><td class=\"mono\">gpu-box-7</td><td "
-                   "class=\"num\">30</td><td class=\"num\">0.163</td><td "
-                   "class=\"num\">0.001</td><td class=\"num\">0.042</td><td "
-                   "class=\"num\">0.0</td><td>0</td>"),
-            std::string::npos)
+  EXPECT_NE(
+      t.find("<td class=\"num\">0</td><td class=\"mono\">gpu-box-7</td><td "
+             "class=\"mono\">cuda:0</td><td class=\"num\">30</td><td class=\"num\">0.163</td><td "
+             "class=\"num\">0.001</td><td class=\"num\">0.042</td><td "
+             "class=\"num\">0.0</td><td>0</td>"),
+      std::string::npos)
       << t;
   EXPECT_NE(t.find("<b>2</b> straggler"), std::string::npos);
   EXPECT_NE(t.find("<td class=\"num\">-12.5</td><td>0, left early</td>"), std::string::npos);

@@ -73,6 +73,22 @@ RankStep* StepAt(const std::vector<int64_t>& marks, int64_t t, std::vector<RankS
   return &(*steps)[size_t(it - marks.begin()) - 1];
 }
 
+// The device a rank's copies went to most, as "cuda:1" (with the
+// CUDA_VISIBLE_DEVICES that index counts within).
+std::string GpuOf(const doctor::Run& run, int pid, const std::string& visible) {
+  std::map<int64_t, int> count;
+  for (const doctor::Span& s : run.spans) {
+    if (s.name != "copy" || (pid != 0 && s.pid != pid)) continue;
+    if (auto it = s.args.find("gpu"); it != s.args.end() && it->second >= 0) ++count[it->second];
+  }
+  if (count.empty()) return "";
+  auto top = std::max_element(count.begin(), count.end(),
+                              [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::string gpu = "cuda:" + std::to_string(top->first);
+  if (!visible.empty()) gpu += " (CUDA_VISIBLE_DEVICES=" + visible + ")";
+  return gpu;
+}
+
 RankSteps StepsOf(const RankRun& r) {
   RankSteps out;
   out.rank = r.rank;
@@ -94,6 +110,7 @@ RankSteps StepsOf(const RankRun& r) {
     if (!marks.empty()) last = std::max(last, marks.back());
   }
   out.last_event_s = double(last) / kNsPerS;
+  out.gpu = GpuOf(run, pid, r.cuda_visible_devices);
   if (pid == 0) {
     out.note = "no step marks";
     return out;
@@ -296,6 +313,7 @@ doctor::RanksView ViewOf(const Job& job, const std::vector<RankSteps>& table,
     row.rank = r.rank;
     row.local_rank = r.local_rank;
     row.host = r.host;
+    row.gpu = r.gpu;
     for (const RankStep& s : r.steps) {
       row.step_s.push_back(s.dur_s);
       row.data_wait_s.push_back(s.data_wait_s);

@@ -42,6 +42,7 @@ struct RankSteps {
   int rank = 0;
   int local_rank = 0;
   std::string host;
+  std::string gpu;              // "cuda:1" (the device its copies went to); empty: none seen
   std::vector<RankStep> steps;  // step i: from the i-th to the (i+1)-th mark
   double last_event_s = 0;      // the rank's last recorded activity (job axis)
   // When its training process exited through exit handlers (sys.exit, the

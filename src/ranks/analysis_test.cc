@@ -279,3 +279,24 @@ TEST(DeadRankTest, ARankThatFinishedWithTheOthersDidNotStopTheJob) {
 
 }  // namespace
 }  // namespace saturate::ranks
+
+namespace saturate::ranks {
+namespace {
+
+TEST(StepTableTest, TheGpuIsWhereTheRanksCopiesWent) {
+  doctor::Run run =
+      RunBuilder()
+          .Steps(5, {kData, kForward})
+          .AddSpan("copy", SpanKind::kUser, RunBuilder::kPid, RunBuilder::kTid, 1.0, 0.001)
+          .Build();
+  for (doctor::Span& s : run.spans) {
+    if (s.name == "copy") s.args["gpu"] = 1;
+  }
+  Job job = JobOf({std::move(run)});
+  job.ranks[0].cuda_visible_devices = "2,3";
+  EXPECT_EQ(StepTable(job)[0].gpu, "cuda:1 (CUDA_VISIBLE_DEVICES=2,3)");
+  EXPECT_EQ(StepTable(JobOf({Rank({kData, kForward})}))[0].gpu, "");  // no copies: CPU
+}
+
+}  // namespace
+}  // namespace saturate::ranks

@@ -79,6 +79,7 @@ struct RankDir {
   int world_size = 0;
   std::string host;
   std::string launcher;
+  std::string cuda_visible_devices;
   std::optional<int> exit_code;
   int64_t first_unix_ns = 0;  // the earliest meta line's wall clock
 };
@@ -111,6 +112,7 @@ void ReadRankIdentity(RankDir* r, std::vector<std::string>* warnings) {
     r->world_size = it->value("world_size", 0);
     r->host = it->value("host", "");
     r->launcher = it->value("launcher", "");
+    r->cuda_visible_devices = it->value("cuda_visible_devices", "");
   }
   if (Result<std::string> task = ReadFileToString(r->dir + "/task.json"); task.ok()) {
     const json t = json::parse(*task, nullptr, false);
@@ -379,6 +381,7 @@ Result<Job> LoadJob(const std::string& dir) {
                          .world_size = r.world_size,
                          .host = r.host,
                          .launcher = r.launcher,
+                         .cuda_visible_devices = r.cuda_visible_devices,
                          .dir = r.dir,
                          .exit_code = r.exit_code,
                          .run = std::move(run).value()});

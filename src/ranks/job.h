@@ -31,10 +31,11 @@ struct RankRun {
   int world_size = 0;
   std::string host;
   std::string launcher;
-  std::string dir;               // RUN/rank-<r>
-  std::optional<int> exit_code;  // task.json (saturate ran inside the task)
-  doctor::Run run;               // its spans with its node's samples, on the job's axis
-  int64_t clock_offset_ns = 0;   // added to its host's times by the alignment
+  std::string cuda_visible_devices;  // of the rank's environment, when set
+  std::string dir;                   // RUN/rank-<r>
+  std::optional<int> exit_code;      // task.json (saturate ran inside the task)
+  doctor::Run run;                   // its spans with its node's samples, on the job's axis
+  int64_t clock_offset_ns = 0;       // added to its host's times by the alignment
 };
 
 struct ClockAlignment {

@@ -15,7 +15,7 @@ the spans format of docs/trace.md (what each event means: docs/auto.md):
     forward      from the step's data (or the previous backward/update) to backward
     backward     torch.autograd.backward
     optimizer    the update itself
-    copy         Tensor.to/.cuda host -> device: bytes, pinned, non_blocking
+    copy         Tensor.to/.cuda host -> device: bytes, pinned, non_blocking, the GPU
     host_sync    .item() .tolist() .cpu() bool() .to("cpu") torch.cuda.synchronize: counted
                  and timed per call site (file:line); spans for long ones
     checkpoint   torch.save, torch.distributed.checkpoint saves
@@ -601,7 +601,8 @@ def _record_to(src, dst, args, kwargs, t0, t1):
     if dst_cuda and not src_cuda:
         nbytes = src.nelement() * src.element_size()
         _span("copy", "user", t0, t1,
-              {"bytes": nbytes, "pinned": int(src.is_pinned()), "non_blocking": int(non_blocking)},
+              {"bytes": nbytes, "pinned": int(src.is_pinned()), "non_blocking": int(non_blocking),
+               "gpu": dst.get_device()},
               {"site": _site()})
     elif src_cuda and not dst_cuda and not non_blocking:
         _record_sync(".to(cpu)", "cuda", t0, t1)
@@ -898,9 +899,12 @@ def rank_from_env(env=os.environ):
             launcher = "env"
         import socket
 
-        return {"rank": rank, "local_rank": _count(env.get(local_var)) or 0, "world_size": world,
+        info = {"rank": rank, "local_rank": _count(env.get(local_var)) or 0, "world_size": world,
                 "host": env.get("SATURATE_HOSTNAME") or socket.gethostname(),
                 "launcher": launcher}
+        if env.get("CUDA_VISIBLE_DEVICES"):  # copies name the GPU within this list
+            info["cuda_visible_devices"] = env["CUDA_VISIBLE_DEVICES"]
+        return info
     return None
 
 

@@ -131,6 +131,7 @@ RanksView SyntheticRanks(int steps) {
     row.rank = r;
     row.local_rank = r % 2;
     row.host = v.hosts[size_t(r / 2)];
+    row.gpu = "cuda:" + std::to_string(r % 2);
     row.clock_offset_ms = r < 2 ? 0 : -12.5;
     row.exit_code = 0;
     row.exited = true;
