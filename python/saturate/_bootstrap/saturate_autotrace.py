@@ -600,9 +600,10 @@ def _record_to(src, dst, args, kwargs, t0, t1):
     non_blocking = bool(kwargs.get("non_blocking", False)) or any(a is True for a in args)
     if dst_cuda and not src_cuda:
         nbytes = src.nelement() * src.element_size()
+        gpu = getattr(getattr(dst, "device", None), "index", None)
         _span("copy", "user", t0, t1,
               {"bytes": nbytes, "pinned": int(src.is_pinned()), "non_blocking": int(non_blocking),
-               "gpu": dst.get_device()},
+               "gpu": gpu if isinstance(gpu, int) else -1},
               {"site": _site()})
     elif src_cuda and not dst_cuda and not non_blocking:
         _record_sync(".to(cpu)", "cuda", t0, t1)
