@@ -73,6 +73,19 @@ RankStep* StepAt(const std::vector<int64_t>& marks, int64_t t, std::vector<RankS
   return &(*steps)[size_t(it - marks.begin()) - 1];
 }
 
+// Mean cores taken on a run's node by processes outside the watched tree.
+std::optional<double> OtherCores(const doctor::Run& run) {
+  double sum = 0;
+  int n = 0;
+  for (const doctor::SamplePoint& p : run.samples) {
+    if (!p.tree_cpu_pct || run.meta.cpus <= 0) continue;
+    sum += std::max(0.0, p.cpu_busy_pct * run.meta.cpus / 100 - *p.tree_cpu_pct / 100);
+    ++n;
+  }
+  if (n == 0) return std::nullopt;
+  return sum / n;
+}
+
 // The device a rank's copies went to most, as "cuda:1" (with the
 // CUDA_VISIBLE_DEVICES that index counts within).
 std::string GpuOf(const doctor::Run& run, int pid, const std::string& visible) {
@@ -111,6 +124,7 @@ RankSteps StepsOf(const RankRun& r) {
   }
   out.last_event_s = double(last) / kNsPerS;
   out.gpu = GpuOf(run, pid, r.cuda_visible_devices);
+  out.host_other_cores = OtherCores(run);
   if (pid == 0) {
     out.note = "no step marks";
     return out;
@@ -269,6 +283,16 @@ std::optional<Straggler> FindStraggler(const std::vector<RankSteps>& table) {
   const double mine = MeanOver(me->steps, [](const RankStep& x) { return double(x.elems); });
   if (Median(their_elems) > 0) s.elems_ratio = mine / Median(their_elems);
   if (s.reason == "compute" && s.elems_ratio >= 1.15) s.reason = "uneven_batches";
+  // Slower compute where other work takes half a core or more than on the
+  // others' nodes: the node, not the rank.
+  std::vector<double> their_other;
+  for (const RankSteps* o : others) {
+    if (o->host_other_cores) their_other.push_back(*o->host_other_cores);
+  }
+  if (s.reason == "compute" && me->host_other_cores && !their_other.empty()) {
+    s.host_other_cores = *me->host_other_cores - Median(their_other);
+    if (s.host_other_cores >= 0.5) s.reason = "host";
+  }
   return s;
 }
 
@@ -379,6 +403,13 @@ doctor::Finding StragglerFinding(const std::vector<RankSteps>& table, const Stra
         "Balance the work per rank: bucket samples by length, pad to a common length, or "
         "split by token count rather than by sample count (the straggler does " +
         Fmt("%.0f%%", 100 * (s.elems_ratio - 1)) + " more work every step).";
+  } else if (s.reason == "host") {
+    title = "Straggler: " + who + " computes slower; other work on its node takes " +
+            Fmt("%.1f", s.host_other_cores) + " cores more than on the others'; " + wait;
+    fix = "Its own work takes " + Duration(s.excess_per_step_s) +
+          " a step longer while processes outside the job use its node's CPUs. Find them "
+          "(saturate watch on that node shows the host and the job apart), move them, or "
+          "keep them off the training nodes; every rank pays for it at the next all-reduce.";
   } else if (s.rank == 0) {
     title =
         "Rank-0-only work: " + who + " spends longer outside data loading and collectives; " + wait;

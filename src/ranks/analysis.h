@@ -52,6 +52,9 @@ struct RankSteps {
   std::string exception;
   std::optional<int> exit_code;
   double clock_offset_ms = 0;
+  // Cores used on its node by processes outside the job (its node's samples:
+  // host busy minus the watched tree), mean; empty without samples.
+  std::optional<double> host_other_cores;
   std::string note;  // "rank directory missing", "no step marks", ...
 };
 
@@ -61,9 +64,12 @@ struct Straggler {
   double others_wait_per_step_s = 0;  // the other ranks' mean wait per step
   double wait_share = 0;              // of all waiting, the share in steps where it came last
   double lost_s = 0;                  // summed waits of all ranks / world size
-  std::string reason;                 // "data_wait", "checkpoint", "uneven_batches", "compute"
-  double excess_per_step_s = 0;       // its extra time per step in `reason`, against the others
-  double elems_ratio = 0;             // its batch elements / the others' median (0: unknown)
+  // "data_wait", "checkpoint", "uneven_batches", "host" (other work on its
+  // node takes its cores) or "compute".
+  std::string reason;
+  double excess_per_step_s = 0;  // its extra time per step in `reason`, against the others
+  double elems_ratio = 0;        // its batch elements / the others' median (0: unknown)
+  double host_other_cores = 0;   // cores other work took on its node, over the others' nodes
 };
 
 // Per-rank step tables from the loaded ranks (missing ranks get a row with a

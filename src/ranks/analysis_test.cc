@@ -300,3 +300,36 @@ TEST(StepTableTest, TheGpuIsWhereTheRanksCopiesWent) {
 
 }  // namespace
 }  // namespace saturate::ranks
+
+namespace saturate::ranks {
+namespace {
+
+TEST(StragglerTest, OtherWorkOnTheStragglersNodeIsTheHost) {
+  // Rank 2 computes 40 ms longer; its node is busy with 5 cores of other work.
+  auto rank = [](const std::vector<Phase>& phases, double busy_pct) {
+    return RunBuilder()
+        .Counter("ddp", {{"grad_bytes", 1 << 20}})
+        .Samples([busy_pct](double, doctor::SamplePoint& s) { s.cpu_busy_pct = busy_pct; })
+        .Steps(20, phases)
+        .Build();
+  };
+  const std::vector<Phase> fast = {kData, kForward, {"backward", 0.050}};
+  const std::vector<Phase> slow = {kData, {"forward", 0.050}, {"backward", 0.010}};
+  // 16 cores, the job's tree at 4: 30% busy leaves 0.8 cores to others, 56% leaves 5.
+  const std::vector<RankSteps> table =
+      StepTable(JobOf({rank(fast, 30), rank(fast, 30), rank(slow, 56.25)}));
+  ASSERT_TRUE(table[2].host_other_cores);
+  EXPECT_NEAR(*table[2].host_other_cores, 5.0, 1e-9);
+  const std::optional<Straggler> s = FindStraggler(table);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->rank, 2);
+  EXPECT_EQ(s->reason, "host");
+  EXPECT_NEAR(s->host_other_cores, 4.2, 1e-9);
+  const std::vector<doctor::Finding> f = DiagnoseRanks(table, s, 10, 10, 0);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].title.find("other work on its node takes 4.2 cores more"), std::string::npos)
+      << f[0].title;
+}
+
+}  // namespace
+}  // namespace saturate::ranks
