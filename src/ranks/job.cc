@@ -147,6 +147,12 @@ int64_t Median(std::vector<int64_t> v) {
   return v[v.size() / 2];
 }
 
+std::string Millis(int64_t ns) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.2f ms", double(ns) / 1e6);
+  return buf;
+}
+
 std::string Seconds(int64_t ns) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.3f s", double(ns) / 1e9);
@@ -409,7 +415,7 @@ Result<Job> LoadJob(const std::string& dir) {
                              (offset > 0 ? " behind" : " ahead of") + " the first rank's host" +
                              (offset > 0 ? "'s" : "") + "; corrected from " +
                              std::to_string(job.clock.events) + " " + job.clock.method +
-                             " ends, residual skew " + Seconds(job.clock.residual_skew_ns));
+                             " ends, residual skew " + Millis(job.clock.residual_skew_ns));
     }
   }
   if (job.clock.method == "none" && job.hosts.size() > 1) {
