@@ -24,7 +24,9 @@ struct StepMarks {
   int64_t steps() const { return explicit_marks > 0 ? explicit_marks : auto_marks; }
 };
 
-// Reads every spans file in `run_dir`; a missing directory has no marks.
+// Reads every spans file in `run_dir`, or in `run_dir`/rank-0 for a
+// multi-rank job (docs/ranks.md: each rank takes the job's steps); a
+// missing directory has no marks.
 StepMarks CountStepMarks(const std::string& run_dir);
 
 }  // namespace saturate::job

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "base/testing.h"
@@ -23,6 +24,16 @@ std::string Marks(int n) {
 }
 
 TEST(StepsTest, NoDirectoryNoMarks) { EXPECT_EQ(CountStepMarks("/nonexistent/run").steps(), 0); }
+
+TEST(StepsTest, AJobsStepsAreRankZeros) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.Join("rank-0"));
+  std::filesystem::create_directories(dir.Join("rank-1"));
+  Write(dir.Join("rank-0/spans-7-auto.jsonl"), Marks(5));
+  Write(dir.Join("rank-1/spans-8-auto.jsonl"), Marks(5));
+  Write(dir.Join("spans-6-auto.jsonl"), Marks(1));  // the launcher is not a rank
+  EXPECT_EQ(CountStepMarks(dir.path()).steps(), 5);
+}
 
 TEST(StepsTest, ExplicitMarksAcrossProcesses) {
   testing::TempDir dir;
