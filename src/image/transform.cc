@@ -59,9 +59,14 @@ struct AxisTaps {
 
 // What a resize reads: the box [x0, x0 + w) x [y0, y0 + h) (fractional, in
 // source pixels), with filter taps kept inside [cx0, cx1) x [cy0, cy1).
+// The source buffer's first pixel is pixel (ox, oy) of those coordinates:
+// the taps are computed where the box is, then moved by it, so a buffer cut
+// out of a larger image gets bit for bit the weights of the whole image
+// (the rounding of the box's coordinates depends on where it is).
 struct SourceBox {
   double x0, w, y0, h;
   int cx0, cx1, cy0, cy1;
+  int ox = 0, oy = 0;
 
   bool operator==(const SourceBox&) const = default;
 
@@ -142,7 +147,8 @@ inline double Triangle(double x) {
 // PIL's precompute_coeffs for the bilinear filter: the source box
 // [box_lo, box_hi) maps onto out_size pixels; taps are limited to source
 // pixels [clip_lo, clip_hi). Leading and trailing zero weights are dropped.
-void ComputeTaps(double box_lo, double box_hi, int clip_lo, int clip_hi, int out_size,
+// first[] counts from source pixel `origin` (the buffer's first).
+void ComputeTaps(double box_lo, double box_hi, int clip_lo, int clip_hi, int origin, int out_size,
                  AxisTaps* taps) {
   const double scale = (box_hi - box_lo) / out_size;
   const double filter_scale = std::max(scale, 1.0);
@@ -171,12 +177,12 @@ void ComputeTaps(double box_lo, double box_hi, int clip_lo, int clip_hi, int out
       }
     }
     if (total <= 0) {  // Only if the box lies outside the clip range: nearest pixel.
-      first[i] = std::clamp(FloorToInt(center), clip_lo, clip_hi - 1);
+      first[i] = std::clamp(FloorToInt(center), clip_lo, clip_hi - 1) - origin;
       count[i] = 1;
       w[0] = 1.0f;
       continue;
     }
-    first[i] = lo + b;
+    first[i] = lo + b - origin;
     count[i] = e - b;
     const double norm = 1.0 / total;  // a multiply per tap: divisions were half this function
     for (int k = b; k < e; ++k) w[k - b] = static_cast<float>(w[k] * norm);
@@ -791,14 +797,14 @@ struct Reach {
 };
 
 // Computes the taps of box b into s.x_taps and s.y_taps (unless `keep`:
-// they are still those of b) and returns what they read. Taps are
-// monotonic, so the first and last outputs bound it.
+// they are still those of b) and returns what they read, in the source
+// buffer's pixels. Taps are monotonic, so the first and last outputs bound it.
 Reach BoxTaps(const SourceBox& b, int out_w, int out_h, bool keep, DecodeScratch::Impl& s) {
   const AxisTaps& xt = s.x_taps;
   const AxisTaps& yt = s.y_taps;
   if (!keep) {
-    ComputeTaps(b.x0, b.x0 + b.w, b.cx0, b.cx1, out_w, &s.x_taps);
-    ComputeTaps(b.y0, b.y0 + b.h, b.cy0, b.cy1, out_h, &s.y_taps);
+    ComputeTaps(b.x0, b.x0 + b.w, b.cx0, b.cx1, b.ox, out_w, &s.x_taps);
+    ComputeTaps(b.y0, b.y0 + b.h, b.cy0, b.cy1, b.oy, out_h, &s.y_taps);
   }
   return {yt.first[0], yt.first[out_h - 1] + yt.count[out_h - 1], xt.first[0],
           xt.first[out_w - 1] + xt.count[out_w - 1]};
@@ -1319,18 +1325,23 @@ bool HasYccPlanes(const jpeg_decompress_struct& c) {
 // at its own resolution, no upsampling, no colour conversion) down to the
 // crop's last row, resizes each to the output size, and converts only the
 // output pixels to RGB. [fx0, fx1) x [fy0, fy1) is the crop in scaled luma
-// pixels. Raw data cannot skip rows or columns, so the JPEG should already
-// be cut to the crop (CutMcus).
+// pixels of the source image, of which `c` reads the MCUs from column
+// mcu_x0 and row mcu_y0 on (a cut, CutMcus; 0, 0 if whole). Raw data cannot
+// skip rows or columns, so the JPEG should already be cut to the crop. The
+// filter taps are computed in the source image's coordinates, so a cut gives
+// the bytes of the whole image's decode exactly.
 Status DecodeJpegPlanes(jpeg_decompress_struct& c, int scale, double fx0, double fx1, double fy0,
-                        double fy1, bool hflip, int out_w, int out_h, uint8_t* out, bool planar,
-                        DecodeScratch::Impl& s) {
+                        double fy1, int mcu_x0, int mcu_y0, bool hflip, int out_w, int out_h,
+                        uint8_t* out, bool planar, DecodeScratch::Impl& s) {
   c.raw_data_out = TRUE;
   c.scale_num = static_cast<unsigned>(scale);
   c.scale_denom = 8;
   int rows = 0;  // Scaled luma rows needed.
   if (!Guarded(s.err, [&] {
         jpeg_start_decompress(&c);
-        rows = std::clamp(static_cast<int>(std::ceil(fy1)), 1, static_cast<int>(c.output_height));
+        const int luma_y0 = mcu_y0 * c.max_v_samp_factor * c.min_DCT_scaled_size;
+        rows = std::clamp(static_cast<int>(std::ceil(fy1)) - luma_y0, 1,
+                          static_cast<int>(c.output_height));
       })) {
     return s.JpegError();
   }
@@ -1373,24 +1384,28 @@ Status DecodeJpegPlanes(jpeg_decompress_struct& c, int scale, double fx0, double
   uint8_t* ycc = Grow(s.ycc, 3 * n);
   SourceBox last{};
   for (int i = 0; i < 3; ++i) {
-    // Component pixels per scaled luma pixel (1/2 for subsampled chroma).
+    // Component pixels per MCU (nx, ny) and per scaled luma pixel (rx, ry:
+    // 1/2 for subsampled chroma).
     const jpeg_component_info& k = c.comp_info[i];
-    const double rx =
-        double(k.h_samp_factor * k.DCT_scaled_size) / (c.max_h_samp_factor * c.min_DCT_scaled_size);
-    const double ry =
-        double(k.v_samp_factor * k.DCT_scaled_size) / (c.max_v_samp_factor * c.min_DCT_scaled_size);
+    const int nx = k.h_samp_factor * k.DCT_scaled_size;
+    const int ny = k.v_samp_factor * k.DCT_scaled_size;
+    const int luma_x = c.max_h_samp_factor * c.min_DCT_scaled_size;  // per MCU
+    const int luma_y = c.max_v_samp_factor * c.min_DCT_scaled_size;
+    const double rx = double(nx) / luma_x, ry = double(ny) / luma_y;
+    // The decoded component pixels, in the source image's: [ox, ox + w) x
+    // [oy, oy + h).
+    const int ox = mcu_x0 * nx, oy = mcu_y0 * ny;
     const int w = static_cast<int>(k.downsampled_width);
     const int h = std::min(static_cast<int>(k.downsampled_height), per_read[i] * reads);
     // Taps stay within the component pixels under the whole luma pixels
-    // the crop touches.
-    const SourceBox box{fx0 * rx,
-                        (fx1 - fx0) * rx,
-                        fy0 * ry,
-                        (fy1 - fy0) * ry,
-                        static_cast<int>(std::floor(std::floor(fx0) * rx)),
-                        std::min(w, static_cast<int>(std::ceil(std::ceil(fx1) * rx))),
-                        static_cast<int>(std::floor(std::floor(fy0) * ry)),
-                        std::min(h, static_cast<int>(std::ceil(std::ceil(fy1) * ry)))};
+    // the crop touches (exact integer bounds: they must not depend on
+    // where the cut starts either).
+    const int cx0 = static_cast<int>(std::floor(fx0)) * nx / luma_x;
+    const int cx1 = std::min(ox + w, (static_cast<int>(std::ceil(fx1)) * nx + luma_x - 1) / luma_x);
+    const int cy0 = static_cast<int>(std::floor(fy0)) * ny / luma_y;
+    const int cy1 = std::min(oy + h, (static_cast<int>(std::ceil(fy1)) * ny + luma_y - 1) / luma_y);
+    const SourceBox box{
+        fx0 * rx, (fx1 - fx0) * rx, fy0 * ry, (fy1 - fy0) * ry, cx0, cx1, cy0, cy1, ox, oy};
     ResamplePlane(px + start[i], stride[i], box, out_w, out_h, hflip, i > 0 && box == last,
                   ycc + i * n, s);
     last = box;
@@ -1440,10 +1455,13 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
       break;
     }
   }
-  // The crop in scaled pixels (fractional), relative to the decoded stream.
+  // The crop in scaled pixels (fractional), in the source image; a cut
+  // stream starts at MCU column mcu_x0, row mcu_y0.
   const double f = scale / 8.0;
   double fx0 = crop.x * f, fx1 = (crop.x + crop.width) * f;
   double fy0 = crop.y * f, fy1 = (crop.y + crop.height) * f;
+  int mcu_x0 = 0, mcu_y0 = 0;
+  double dx = 0, dy = 0;  // Where the cut starts, in scaled pixels (whole ones).
   auto grid = RestartGrid(c);
   bool indexed = grid.has_value();  // No rows or columns to skip: it is cut, or whole.
   if (grid) {
@@ -1469,14 +1487,19 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
           })) {
         return s.JpegError();
       }
-      const double dx = r.c0 * grid->mcu_w * f, dy = r.r0 * grid->mcu_h * f;  // whole pixels
-      fx0 -= dx, fx1 -= dx, fy0 -= dy, fy1 -= dy;
+      mcu_x0 = r.c0, mcu_y0 = r.r0;
+      dx = r.c0 * grid->mcu_w * f, dy = r.r0 * grid->mcu_h * f;
       s.last_used_restart_index = true;
     }
   }
   if (indexed && HasYccPlanes(c)) {
-    return DecodeJpegPlanes(c, scale, fx0, fx1, fy0, fy1, hflip, out_w, out_h, out, planar, s);
+    return DecodeJpegPlanes(c, scale, fx0, fx1, fy0, fy1, mcu_x0, mcu_y0, hflip, out_w, out_h, out,
+                            planar, s);
   }
+  // The RGB path works in the decoded stream's pixels. Its box is relative
+  // to the decoded region, which starts at an iMCU boundary as a cut does,
+  // so it is the whole image's box (dyadic values, exact), and so are its taps.
+  fx0 -= dx, fx1 -= dx, fy0 -= dy, fy1 -= dy;
   const bool cmyk = c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK;
   c.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
   c.scale_num = static_cast<unsigned>(scale);

@@ -396,6 +396,77 @@ TEST_F(DecodeCropResizeTest, YccComponentPathsGiveTheSameBytes) {
   }
 }
 
+// The component path's filter taps are computed where the crop lies in the
+// whole image, then moved to the cut: computed in the cut's own
+// coordinates, a box edge at x = 6.5 (cut) rounded differently from the
+// same edge at x = 22.5 (whole), and now and then an output byte came out
+// 1 off. Every offset of a few crops, along both axes, must give the whole
+// decode's bytes.
+TEST_F(DecodeCropResizeTest, RestartIndexedCutMatchesWholeAtEveryOffset) {
+  constexpr int kSw = 200, kSh = 40;
+  std::vector<uint8_t> px(size_t(kSw) * kSh * 3);
+  for (int y = 0; y < kSh; ++y) {
+    for (int x = 0; x < kSw; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        px[(size_t(y) * kSw + x) * 3 + c] = uint8_t(x * (3 + c) + y * 7 + x * x * (c + 1) / 13);
+      }
+    }
+  }
+  SATURATE_ASSERT_OK_AND_ASSIGN(Bytes jpeg, EncodeJpeg(px.data(), kSw, kSh, 90));
+  SATURATE_ASSERT_OK_AND_ASSIGN(Bytes indexed, AddJpegRestartMarkers(jpeg));
+  DecodeScratch cut, whole;
+  whole.set_cut_restart_index(false);
+  int cuts = 0;
+  auto check = [&](const CropRect& crop, int out_w, int out_h, bool flip) {
+    std::vector<uint8_t> want(size_t(out_w) * out_h * 3), got(want.size());
+    SATURATE_ASSERT_OK(DecodeCropResize(indexed, crop, out_w, out_h, flip, want.data(), &whole));
+    SATURATE_ASSERT_OK(DecodeCropResize(indexed, crop, out_w, out_h, flip, got.data(), &cut));
+    cuts += cut.last_used_restart_index();
+    ASSERT_EQ(got, want) << "crop " << crop.width << "x" << crop.height << "+" << crop.x << "+"
+                         << crop.y << " to " << out_w << "x" << out_h << (flip ? " flipped" : "");
+  };
+  for (int cw : {37, 73, 109, 150}) {
+    for (int shrink : {2, 3, 4}) {
+      for (int x = 0; x + cw <= kSw; ++x) {
+        ASSERT_NO_FATAL_FAILURE(check({x, 0, cw, kSh}, cw / shrink, kSh / shrink, x % 2 == 1));
+      }
+    }
+  }
+  for (int ch : {9, 17, 25}) {
+    for (int shrink : {2, 3, 4}) {
+      for (int y = 0; y + ch <= kSh; ++y) {
+        ASSERT_NO_FATAL_FAILURE(check({0, y, kSw, ch}, kSw / shrink, ch / shrink, false));
+      }
+    }
+  }
+  EXPECT_GT(cuts, 1000);
+
+  // The input image_fuzz found (fuzz/seeds/image_fuzz/
+  // restart_cut_chroma_taps_rounding.jpg): a 122x1 4:2:0 JPEG whose
+  // restart-marked copy, cropped to 38x1+45+0 and resized to 9x1, gave G
+  // 29 instead of 30 in the last pixel when cut.
+  const char* hex =
+      "ffd8ffe000104a46494600010100000100010000ffdb00430006040506050406060506070706080a"
+      "100a0a09090a140e0f0c100e141818173416161a1d251f1a1b231c1616202c20233627292a29191f"
+      "2d302d283025282928ffdb0043012707070a080a130a0a13281a161a282828282828282828282828"
+      "28282828282828282828282828282828282828282828282828282828dad7d71e282828282828ffc0"
+      "0011080001007a03012200021101031101ffc4001500010100000000000000000000000000000607"
+      "ffc4001c10000200070000000000000000000000000005040621222330a1ffc40015010101000000"
+      "00000000000000000000000104ffc4001a11000202030000000000000000000000000003fe060521"
+      "22ffdd000400efffda000c03010002110311003f0066566acb000005000000000000000000000000"
+      "0000000000000000000000000000000000000000000000c09b00000000009d66c9eab626f27fffd9"
+      "89504e";
+  Bytes fuzz;
+  for (const char* p = hex; p[0] != '\0' && p[1] != '\0'; p += 2) {
+    fuzz.push_back(std::byte(std::stoi(std::string(p, 2), nullptr, 16)));
+  }
+  ASSERT_EQ(fuzz.size(), 363u);
+  SATURATE_ASSERT_OK_AND_ASSIGN(indexed, AddJpegRestartMarkers(fuzz));
+  cuts = 0;
+  ASSERT_NO_FATAL_FAILURE(check({45, 0, 38, 1}, 9, 1, false));
+  EXPECT_EQ(cuts, 1);
+}
+
 TEST_F(DecodeCropResizeTest, HflipMirrorsExactly) {
   DecodeScratch scratch;
   const CropRect crop{123, 77, 301, 257};
