@@ -10,7 +10,7 @@ slurmctld and slurmd for this host, state in a temp dir, 127.0.0.1).
 
 The cluster needs root and the Debian packages slurm-wlm and munge
 (scripts/install-deps.sh). Without them the module skips, with the script's
-reason; with SATURATE_REQUIRE_SLURM=1 (CI) it fails instead.
+reason (CI prints it: pytest -rs); with SATURATE_REQUIRE_SLURM=1 it fails instead.
 """
 
 import glob
