@@ -640,6 +640,23 @@ void MergeFindings(const std::vector<doctor::Finding>& cross, int first_rank,
   }
 }
 
+// Without GPUs, the first rank's `parallelism` finding counts the cores its
+// own process left idle; when other ranks run on the same node they use
+// them, so that advice does not hold there.
+bool SharesCpusWithRanks(const Job& job, const doctor::Features& f) {
+  if (f.gpu_count > 0) return false;
+  return std::count_if(job.ranks.begin(), job.ranks.end(),
+                       [&](const RankRun& r) { return r.host == job.ranks.front().host; }) > 1;
+}
+
+std::vector<doctor::Finding> WithoutCpuParallelism(std::vector<doctor::Finding> findings,
+                                                   bool shared_cores) {
+  if (shared_cores) {
+    std::erase_if(findings, [](const doctor::Finding& f) { return f.cause == "parallelism"; });
+  }
+  return findings;
+}
+
 }  // namespace
 
 Result<DirAnalysis> AnalyzeDir(const std::string& dir, const doctor::AnalysisOptions& options) {
@@ -665,7 +682,8 @@ Result<DirAnalysis> AnalyzeDir(const std::string& dir, const doctor::AnalysisOpt
   const std::vector<doctor::Finding> extra =
       DiagnoseRanks(table, straggler, out.analysis.features.duration_s,
                     out.analysis.features.duration_s, out.run.meta.exit_code, job.hang);
-  std::vector<doctor::Finding> found = out.analysis.findings;
+  const bool shared_cores = SharesCpusWithRanks(job, out.analysis.features);
+  std::vector<doctor::Finding> found = WithoutCpuParallelism(out.analysis.findings, shared_cores);
   MergeFindings(extra, job.ranks.front().rank, &found);
   out.analysis.findings = doctor::RankFindings(std::move(found), options.min_time_lost_pct);
   // A straggler too small to report is not named in the report either.
@@ -678,7 +696,8 @@ Result<DirAnalysis> AnalyzeDir(const std::string& dir, const doctor::AnalysisOpt
     out.analysis.features.ranks.others_wait_per_step_s = 0;
     out.analysis.features.ranks.straggler_reason.clear();
   }
-  std::vector<doctor::Finding> all = doctor::Diagnose(out.run, out.analysis.features, all_options);
+  std::vector<doctor::Finding> all = WithoutCpuParallelism(
+      doctor::Diagnose(out.run, out.analysis.features, all_options), shared_cores);
   MergeFindings(extra, job.ranks.front().rank, &all);
   out.all_findings = doctor::RankFindings(std::move(all), 0);
   return out;
