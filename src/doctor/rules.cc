@@ -459,7 +459,10 @@ std::optional<Finding> CpuParallelism(const Features& f, double explained_s) {
   // the job leaving cores idle.
   const double idle = std::max(0.0, f.cpus - used - f.other_cpu_cores.value_or(0));
   const bool idle_cores = idle >= 0.5 * f.cpus;
-  const bool fixed_costs = fixed_pct >= kFixedStepPct;
+  // A CPU step this short is mostly operator dispatch, a fixed cost the phase
+  // split does not show: too little work per step whatever the shares say.
+  const bool short_steps = f.step_time_median_s && *f.step_time_median_s < kShortStepS;
+  const bool fixed_costs = fixed_pct >= kFixedStepPct || short_steps;
   if (!idle_cores && !fixed_costs) return std::nullopt;
   // A batch k times larger spreads the fixed costs over k times the samples;
   // aim for them to be 10% of the step.
