@@ -1,5 +1,5 @@
-// Plumbing shared by codec.cc and transform.cc: libjpeg error handling and
-// an owning libpng reader.
+// Plumbing shared by codec.cc and the transforms (decode_crop.cc,
+// jpeg_cut.h, scratch.h): libjpeg error handling and an owning libpng reader.
 //
 // libjpeg reports errors through a callback that must not return: we
 // longjmp back into Guarded(), which then returns false and leaves the

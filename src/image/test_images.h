@@ -1,6 +1,7 @@
 // Test helpers for image code: encoders for inputs that EncodeJpeg does not
-// write (gray, CMYK, progressive JPEG; PNG) and a PSNR measure.
-// Thread-safety: pure functions.
+// write (gray, CMYK, progressive JPEG; PNG), a PSNR measure, a photo-like
+// test image, seeded random crops, and the fixture of the decode tests.
+// Thread-safety: pure functions; an MtSource or fixture per thread.
 #ifndef SATURATE_IMAGE_TEST_IMAGES_H_
 #define SATURATE_IMAGE_TEST_IMAGES_H_
 
@@ -9,11 +10,15 @@
 #include <jpeglib.h>
 // clang-format on
 
+#include <gtest/gtest.h>
 #include <png.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <vector>
+
+#include "image/transform.h"
 
 namespace saturate::image::test_images {
 
@@ -29,6 +34,39 @@ Bytes EncodeJpegRaw(const uint8_t* px, int w, int h, int components, J_COLOR_SPA
 Bytes EncodePng(const uint8_t* px, int w, int h, png_uint_32 format);
 // Peak signal-to-noise ratio of two equal-size 8-bit buffers (dB; 99 when equal).
 double Psnr(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);
+
+// A smooth photo-like RGB image: gradients, low-frequency waves and a few
+// soft-edged shapes.
+std::vector<uint8_t> PhotoLike(int w, int h);
+
+class MtSource : public UniformSource {
+ public:
+  explicit MtSource(uint64_t seed) : gen_(seed) {}
+  double Uniform() override { return std::uniform_real_distribution<double>(0.0, 1.0)(gen_); }
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+// RandomResizedCropParams with torchvision's defaults (scale 0.08-1, ratio 3/4-4/3).
+CropRect Rrc(int w, int h, UniformSource& rng);
+
+// A 640x480 PhotoLike (rgb_), its quality-90 JPEG (jpeg_) and that JPEG's
+// full decode (full_), for the tests of the decode planned from a crop.
+class DecodeCropResizeTest : public ::testing::Test {
+ protected:
+  static constexpr int kW = 640, kH = 480;
+
+  void SetUp() override;
+
+  // Full decode -> crop -> the same resampler.
+  std::vector<uint8_t> Reference(const std::vector<uint8_t>& full, int w, int h,
+                                 const CropRect& crop, int out_w, int out_h, bool hflip = false);
+
+  std::vector<uint8_t> rgb_;
+  Bytes jpeg_;
+  std::vector<uint8_t> full_;
+};
 
 }  // namespace saturate::image::test_images
 

@@ -17,6 +17,15 @@
 // Ownership: inputs are borrowed for the duration of a call; outputs go to
 // caller-owned buffers. Thread-safety: the free functions are reentrant; a
 // DecodeScratch must be used by one thread at a time (one per worker).
+//
+// The implementation, one idea per file (each header says its contract):
+// crop_params.cc (torchvision crop rectangles), crop_plan.h (DCT scale and
+// region to decode), decode_crop.cc (DecodeCropResize: the steps in order),
+// jpeg_cut.h (restart-marker cut), jpeg_planes.h (YCbCr component path),
+// resample.h (taps and passes) with resample_kernels.h (4-lane) and
+// resample_avx2.h (8-lane), color.h (YCbCr/CMYK to RGB), convert.h
+// (ConvertPixels: layout and type into batch slots), scratch.h
+// (DecodeScratch's state).
 #ifndef SATURATE_IMAGE_TRANSFORM_H_
 #define SATURATE_IMAGE_TRANSFORM_H_
 
@@ -108,7 +117,7 @@ class DecodeScratch {
   // JPEG), then converted to RGB.
   bool last_decoded_ycc_planes() const;
 
-  struct Impl;  // Defined in transform.cc; impl() is for transform.cc only.
+  struct Impl;  // Defined in scratch.h; impl() is for src/image only.
   Impl& impl() { return *impl_; }
 
  private:

@@ -1,0 +1,222 @@
+// DecodeCropResize (transform.h): a JPEG or PNG decoded as the crop plans
+// it (crop_plan), cut to the MCUs around the crop when restart-marked
+// (jpeg_cut), through the component path (jpeg_planes) or the RGB path
+// below, then resized (resample). This file holds the order of those
+// steps and the libjpeg calls of the RGB path; each step is in its own file.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "image/buffer.h"
+#include "image/codec.h"
+#include "image/codec_internal.h"
+#include "image/color.h"
+#include "image/crop_plan.h"
+#include "image/jpeg_cut.h"
+#include "image/jpeg_planes.h"
+#include "image/resample.h"
+#include "image/scratch.h"
+#include "image/transform.h"
+
+namespace saturate::image {
+namespace {
+
+// Decodes the crop's region of a JPEG at a planned DCT scale into s.pixels
+// and resizes it into out.
+Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, int out_w,
+                      int out_h, uint8_t* out, bool planar, DecodeScratch::Impl& s) {
+  jpeg_decompress_struct& c = s.cinfo;
+  const auto* data = reinterpret_cast<const unsigned char*>(encoded.data());
+  if (!s.jpeg_created) {
+    if (!Guarded(s.err, [&] { jpeg_create_decompress(&c); })) return s.JpegError();
+    s.jpeg_created = true;
+  }
+  // Whatever happens below, leave the decompressor ready for the next image.
+  struct AbortOnExit {
+    jpeg_decompress_struct* c;
+    ~AbortOnExit() { jpeg_abort_decompress(c); }
+  } abort_on_exit{&c};
+  if (!Guarded(s.err, [&] {
+        jpeg_mem_src(&c, data, encoded.size());
+        jpeg_read_header(&c, TRUE);
+      })) {
+    return s.JpegError();
+  }
+  const int width = static_cast<int>(c.image_width);
+  const int height = static_cast<int>(c.image_height);
+  SATURATE_RETURN_IF_ERROR(CheckSize(width, height));
+  bool hflip = false;
+  const CropRect crop = planner.Plan(width, height, &hflip);
+  SATURATE_RETURN_IF_ERROR(CheckCrop(crop, width, height));
+
+  const int scale = PlanDctScale(crop, out_w, out_h, s.only_fast_dct_scales);
+  // The crop in scaled pixels (fractional), in the source image; a cut
+  // stream starts at MCU column mcu_x0, row mcu_y0.
+  const double f = scale / 8.0;
+  const ScaledCrop scaled = ScaleCrop(crop, scale);
+  double fx0 = scaled.x0, fx1 = scaled.x1, fy0 = scaled.y0, fy1 = scaled.y1;
+  int mcu_x0 = 0, mcu_y0 = 0;
+  double dx = 0, dy = 0;  // Where the cut starts, in scaled pixels (whole ones).
+  auto grid = RestartGrid(c);
+  bool indexed = grid.has_value();  // No rows or columns to skip: it is cut, or whole.
+  if (grid) {
+    const int margin = HasYccPlanes(c) ? 0 : 1;
+    const McuRange r = RangeAround(*grid, width, height, scale, margin, fx0, fx1, fy0, fy1);
+    const bool whole = r.c0 == 0 && r.r0 == 0 && r.c1 == grid->mcus_x && r.r1 == grid->mcus_y;
+    const size_t start = encoded.size() - c.src->bytes_in_buffer;  // after SOS
+    const size_t mcus_needed = size_t(r.r1 - 1) * grid->mcus_x + r.c1;
+    size_t cut_bytes = 0;
+    // Cut, unless nothing is to be cut away (or told not to): then it is
+    // decoded whole, and still indexed. A failed index falls back to RGB.
+    if (!whole && s.cut_restart_index) {
+      if (!IndexMcus(data, encoded.size(), start, mcus_needed, &s.mcu_starts) ||
+          (cut_bytes = CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg)) == 0) {
+        indexed = false;
+      }
+    }
+    if (cut_bytes > 0) {
+      jpeg_abort_decompress(&c);
+      if (!Guarded(s.err, [&] {
+            jpeg_mem_src(&c, s.roi_jpeg.data(), cut_bytes);
+            jpeg_read_header(&c, TRUE);
+          })) {
+        return s.JpegError();
+      }
+      mcu_x0 = r.c0, mcu_y0 = r.r0;
+      dx = r.c0 * grid->mcu_w * f, dy = r.r0 * grid->mcu_h * f;
+      s.last_used_restart_index = true;
+    }
+  }
+  if (indexed && HasYccPlanes(c)) {
+    return DecodeJpegPlanes(c, scale, fx0, fx1, fy0, fy1, mcu_x0, mcu_y0, hflip, out_w, out_h, out,
+                            planar, s);
+  }
+  // The RGB path works in the decoded stream's pixels. Its box is relative
+  // to the decoded region, which starts at an iMCU boundary as a cut does,
+  // so it is the whole image's box (dyadic values, exact), and so are its taps.
+  fx0 -= dx, fx1 -= dx, fy0 -= dy, fy1 -= dy;
+  const bool cmyk = c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK;
+  c.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+  c.scale_num = static_cast<unsigned>(scale);
+  c.scale_denom = 8;
+  JDIMENSION col0 = 0, cols = 0;
+  int row0 = 0, row1 = 0, channels = 0;
+  if (!Guarded(s.err, [&] {
+        jpeg_start_decompress(&c);
+        const PixelWindow w = CoveringPixels(fx0, fx1, fy0, fy1, static_cast<int>(c.output_width),
+                                             static_cast<int>(c.output_height));
+        col0 = static_cast<JDIMENSION>(w.col0);
+        cols = static_cast<JDIMENSION>(w.cols);
+        row0 = w.row0;
+        row1 = w.row1;
+        // Moves col0 left to an iMCU boundary and widens cols to match.
+        if (cols < c.output_width) jpeg_crop_scanline(&c, &col0, &cols);
+        channels = c.output_components;
+      })) {
+    return s.JpegError();
+  }
+  const size_t row_bytes = size_t(cols) * channels;
+  const size_t rgb_row = size_t(cols) * 3;
+  uint8_t* px = Grow(s.pixels, row_bytes * (row1 - row0));
+  if (!Guarded(s.err, [&] {
+        if (row0 > 0) jpeg_skip_scanlines(&c, static_cast<JDIMENSION>(row0));
+        while (c.output_scanline < static_cast<JDIMENSION>(row1)) {
+          // Rows sit at the RGB stride. A CMYK row (4 bytes/px) spills into
+          // the next row's space, which is still unwritten, and is then
+          // converted in place; the buffer has room for the last one.
+          uint8_t* dst = px + rgb_row * (c.output_scanline - row0);
+          JSAMPROW row = dst;
+          if (jpeg_read_scanlines(&c, &row, 1) != 1) ERREXIT(&c, JERR_INPUT_EOF);
+          if (cmyk) CmykRowToRgb(dst, static_cast<int>(cols), c.saw_Adobe_marker, dst);
+        }
+      })) {
+    return s.JpegError();
+  }
+  // abort_on_exit ends the decode: rows below the crop are never decoded.
+
+  s.last_dct_scale_eighths = scale;
+  s.last_decoded_width = static_cast<int>(cols);
+  s.last_decoded_height = row1 - row0;
+  const int cw = static_cast<int>(cols), ch = row1 - row0;
+  // Box relative to the decoded region; taps stay within the whole scaled
+  // pixels the crop touches.
+  const double bx0 = fx0 - col0, by0 = fy0 - row0;
+  const int cx0 = static_cast<int>(std::floor(bx0)), cy0 = static_cast<int>(std::floor(by0));
+  const int cx1 = std::min(cw, static_cast<int>(std::ceil(fx1 - col0)));
+  const int cy1 = std::min(ch, static_cast<int>(std::ceil(fy1 - row0)));
+  ResampleBox(px, rgb_row, {bx0, fx1 - fx0, by0, fy1 - fy0, cx0, cx1, cy0, cy1}, out_w, out_h,
+              hflip, out, planar, s.resample);
+  return Status::OK();
+}
+
+Status DecodePngCrop(std::span<const std::byte> encoded, CropPlanner& planner, int out_w, int out_h,
+                     uint8_t* out, bool planar, DecodeScratch::Impl& s) {
+  PngReader r;
+  if (!png_image_begin_read_from_memory(&r.image, encoded.data(), encoded.size())) {
+    return r.Error();
+  }
+  const int width = static_cast<int>(r.image.width);
+  const int height = static_cast<int>(r.image.height);
+  SATURATE_RETURN_IF_ERROR(CheckSize(width, height));
+  bool hflip = false;
+  const CropRect crop = planner.Plan(width, height, &hflip);
+  SATURATE_RETURN_IF_ERROR(CheckCrop(crop, width, height));
+  r.image.format = PNG_FORMAT_RGB;
+  const size_t bytes = PNG_IMAGE_SIZE(r.image);
+  uint8_t* px = Grow(s.pixels, bytes);
+  std::memset(px, 0, bytes);  // Alpha composites onto the buffer: black.
+  if (!png_image_finish_read(&r.image, /*background=*/nullptr, px, /*row_stride=*/0,
+                             /*colormap=*/nullptr)) {
+    return r.Error();
+  }
+  s.last_dct_scale_eighths = 8;
+  s.last_decoded_width = width;
+  s.last_decoded_height = height;
+  ResampleBox(px, size_t(width) * 3, SourceBox::Of(crop), out_w, out_h, hflip, out, planar,
+              s.resample);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner, int out_width,
+                        int out_height, uint8_t* out, DecodeScratch* scratch, Layout layout) {
+  if (out_width <= 0 || out_height <= 0 || out == nullptr || scratch == nullptr) {
+    return Status::InvalidArgument("DecodeCropResize: bad output " + std::to_string(out_width) +
+                                   "x" + std::to_string(out_height));
+  }
+  SATURATE_RETURN_IF_ERROR(CheckSize(out_width, out_height));
+  DecodeScratch::Impl& s = scratch->impl();
+  s.last_used_restart_index = false;  // Set by the paths that take them.
+  s.last_decoded_ycc_planes = false;
+  const bool planar = layout == Layout::kCHW;
+  switch (SniffFormat(encoded)) {
+    case ImageFormat::kJpeg:
+      return DecodeJpegCrop(encoded, planner, out_width, out_height, out, planar, s);
+    case ImageFormat::kPng:
+      return DecodePngCrop(encoded, planner, out_width, out_height, out, planar, s);
+    case ImageFormat::kUnknown:
+      break;
+  }
+  // ProbeImage words the "not a JPEG or PNG" message.
+  return ProbeImage(encoded).status();
+}
+
+Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop, int out_width,
+                        int out_height, bool hflip, uint8_t* out, DecodeScratch* scratch,
+                        Layout layout) {
+  struct Fixed : CropPlanner {
+    CropRect rect;
+    bool flip;
+    CropRect Plan(int, int, bool* hflip_out) override {
+      *hflip_out = flip;
+      return rect;
+    }
+  } fixed;
+  fixed.rect = crop;
+  fixed.flip = hflip;
+  return DecodeCropResize(encoded, fixed, out_width, out_height, out, scratch, layout);
+}
+
+}  // namespace saturate::image

@@ -1,0 +1,64 @@
+// jpeg_cut: decoding only the MCUs around a crop. A JPEG with a restart
+// marker after every MCU (AddJpegRestartMarkers, codec.h) can be cut down
+// to the MCUs around a crop: each MCU's entropy-coded segment then decodes
+// on its own (restarts reset the DC predictors), so the MCUs above and
+// beside the crop are never Huffman-decoded, which is most of libjpeg's
+// time otherwise. The cut is a valid JPEG (the same header with the new
+// size, the chosen segments renumbered) whose pixels are those of the
+// whole image's decode, block for block.
+//
+// Input is untrusted: IndexMcus and CutMcus check what they read and say
+// no (false, 0) rather than cut a stream they do not understand; the
+// caller then decodes the file whole. Thread-safety: pure functions.
+#ifndef SATURATE_IMAGE_JPEG_CUT_H_
+#define SATURATE_IMAGE_JPEG_CUT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "image/codec_internal.h"  // jpeglib.h, in order
+
+namespace saturate::image {
+
+struct McuGrid {
+  int mcu_w = 0, mcu_h = 0;    // MCU size in image pixels
+  int mcus_x = 0, mcus_y = 0;  // MCUs per row, MCU rows
+};
+
+// The MCU grid of a JPEG whose header `c` has read, if it is one scan in
+// which every MCU is its own restart interval.
+std::optional<McuGrid> RestartGrid(const jpeg_decompress_struct& c);
+
+// Records where the entropy-coded segments of MCUs 0..count-1 start (and,
+// as entry `count`, the end of the last one plus 2, as if a marker followed).
+// False unless the data is a run of segments separated by RST0..RST7 in order.
+bool IndexMcus(const uint8_t* p, size_t size, size_t start, size_t count,
+               std::vector<uint32_t>* starts);
+
+// MCU columns [c0, c1) and rows [r0, r1) of an McuGrid, and their size in
+// pixels (the last MCU column and row may be partial).
+struct McuRange {
+  int c0 = 0, c1 = 0, r0 = 0, r1 = 0;
+  int width = 0, height = 0;
+};
+
+// Writes into `out` a JPEG of the MCUs `range` of `jpeg` (a width x height
+// image indexed by IndexMcus, header ending at starts[0]): the same header
+// with the new size, then the chosen segments, renumbered. Returns its size
+// (out only grows), or 0 if the header is not one it can rewrite.
+size_t CutMcus(const uint8_t* jpeg, const std::vector<uint32_t>& starts, const McuGrid& g,
+               int width, int height, const McuRange& range, std::vector<uint8_t>* out);
+
+// The MCUs covering the whole scaled pixels of the crop [fx0, fx1) x
+// [fy0, fy1) at DCT scale s/8, plus `margin` scaled pixels on each side.
+// Decoding to RGB needs a margin of 1: chroma upsampling makes the outermost
+// pixels of a cut image differ from the full decode, so they must not reach
+// the filter taps. Components (DecodeJpegPlanes) are exact block by block.
+McuRange RangeAround(const McuGrid& g, int width, int height, int scale, int margin, double fx0,
+                     double fx1, double fy0, double fy1);
+
+}  // namespace saturate::image
+
+#endif  // SATURATE_IMAGE_JPEG_CUT_H_

@@ -1,0 +1,168 @@
+// Tests of the restart-marker cut (jpeg_cut.cc) through DecodeCropResize:
+// a cut decodes to the bytes of the whole restart-marked file.
+#include "image/jpeg_cut.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/testing.h"
+#include "image/codec.h"
+#include "image/test_images.h"
+#include "image/transform.h"
+
+namespace saturate::image {
+namespace {
+
+using test_images::DecodeCropResizeTest;
+using test_images::EncodeJpegRaw;
+using test_images::MtSource;
+using test_images::PhotoLike;
+using test_images::Psnr;
+using test_images::Rrc;
+
+using Bytes = std::vector<std::byte>;
+
+// A restart-marked copy (AddJpegRestartMarkers) is cut down to the MCUs
+// around each crop before decoding, and gives the very same bytes as
+// decoding it whole. A YCbCr one has its components resized as stored
+// (chroma at its own resolution), then converted to RGB: that differs from
+// the plain JPEG's path (libjpeg's upsampling and conversion of every pixel,
+// then the resize) by rounding only.
+TEST_F(DecodeCropResizeTest, RestartIndexedJpegCutGivesTheSameBytes) {
+  constexpr int kOddW = 637, kOddH = 479;  // partial MCUs at the right and bottom
+  std::vector<uint8_t> odd = PhotoLike(kOddW, kOddH), gray(size_t(kW) * kH);
+  for (size_t i = 0; i < gray.size(); ++i) gray[i] = rgb_[3 * i + 1];
+  struct Source {
+    const char* name;
+    Bytes jpeg;
+    int w, h;
+    bool ycc;  // Decoded as YCbCr components.
+  };
+  const Source sources[] = {
+      {"420", jpeg_, kW, kH, true},
+      {"420_odd_size", EncodeJpegRaw(odd.data(), kOddW, kOddH, 3, JCS_RGB), kOddW, kOddH, true},
+      {"422", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, false, 2, 1), kW, kH, true},
+      {"444", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, false, 1, 1), kW, kH, true},
+      {"gray", EncodeJpegRaw(gray.data(), kW, kH, 1, JCS_GRAYSCALE), kW, kH, false},
+      {"progressive", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, true), kW, kH, true},
+  };
+  const std::pair<int, int> sizes[] = {{224, 224}, {64, 48}, {300, 100}, {64, 400}};
+  MtSource rng(7);
+  for (const Source& src : sources) {
+    SCOPED_TRACE(src.name);
+    SATURATE_ASSERT_OK_AND_ASSIGN(Bytes indexed, AddJpegRestartMarkers(src.jpeg));
+    DecodeScratch plain, cut, whole;
+    whole.set_cut_restart_index(false);
+    int cuts = 0;
+    double min_psnr = 99;
+    for (int i = 0; i < 60; ++i) {
+      const CropRect crop = i == 0 ? CropRect{0, 0, src.w, src.h} : Rrc(src.w, src.h, rng);
+      const auto [out_w, out_h] = sizes[i % 4];
+      const bool fast = i % 2 == 0, flip = i % 3 == 1;
+      for (DecodeScratch* s : {&plain, &cut, &whole}) s->set_only_fast_dct_scales(fast);
+      std::vector<uint8_t> want(size_t(out_w) * out_h * 3), got(want.size()), ref(want.size());
+      SATURATE_ASSERT_OK(DecodeCropResize(indexed, crop, out_w, out_h, flip, want.data(), &whole));
+      SATURATE_ASSERT_OK(DecodeCropResize(indexed, crop, out_w, out_h, flip, got.data(), &cut));
+      SATURATE_ASSERT_OK(DecodeCropResize(src.jpeg, crop, out_w, out_h, flip, ref.data(), &plain));
+      ASSERT_EQ(got, want) << "crop " << crop.width << "x" << crop.height << "+" << crop.x << "+"
+                           << crop.y << " to " << out_w << "x" << out_h;
+      EXPECT_FALSE(plain.last_used_restart_index());
+      EXPECT_FALSE(whole.last_used_restart_index());
+      EXPECT_FALSE(plain.last_decoded_ycc_planes());
+      EXPECT_EQ(cut.last_decoded_ycc_planes(), src.ycc);
+      EXPECT_EQ(whole.last_decoded_ycc_planes(), src.ycc);
+      EXPECT_EQ(cut.last_dct_scale_eighths(), plain.last_dct_scale_eighths());
+      if (i == 0) {
+        EXPECT_FALSE(cut.last_used_restart_index());  // nothing to cut away
+      }
+      cuts += cut.last_used_restart_index();
+      if (!src.ycc) {
+        ASSERT_EQ(got, ref);  // The same RGB path.
+      }
+      min_psnr = std::min(min_psnr, Psnr(got, ref));
+    }
+    EXPECT_GE(cuts, 50);  // all but the crops (nearly) as large as the image
+    std::printf("[ psnr     ] %-12s components vs RGB path, worst of 60: %.2f dB\n", src.name,
+                min_psnr);
+    EXPECT_GE(min_psnr, 40.0);
+  }
+}
+
+// The component path's filter taps are computed where the crop lies in the
+// whole image, then moved to the cut: computed in the cut's own
+// coordinates, a box edge at x = 6.5 (cut) rounded differently from the
+// same edge at x = 22.5 (whole), and now and then an output byte came out
+// 1 off. Every offset of a few crops, along both axes, must give the whole
+// decode's bytes.
+TEST_F(DecodeCropResizeTest, RestartIndexedCutMatchesWholeAtEveryOffset) {
+  constexpr int kSw = 200, kSh = 40;
+  std::vector<uint8_t> px(size_t(kSw) * kSh * 3);
+  for (int y = 0; y < kSh; ++y) {
+    for (int x = 0; x < kSw; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        px[(size_t(y) * kSw + x) * 3 + c] = uint8_t(x * (3 + c) + y * 7 + x * x * (c + 1) / 13);
+      }
+    }
+  }
+  SATURATE_ASSERT_OK_AND_ASSIGN(Bytes jpeg, EncodeJpeg(px.data(), kSw, kSh, 90));
+  SATURATE_ASSERT_OK_AND_ASSIGN(Bytes indexed, AddJpegRestartMarkers(jpeg));
+  DecodeScratch cut, whole;
+  whole.set_cut_restart_index(false);
+  int cuts = 0;
+  auto check = [&](const CropRect& crop, int out_w, int out_h, bool flip) {
+    std::vector<uint8_t> want(size_t(out_w) * out_h * 3), got(want.size());
+    SATURATE_ASSERT_OK(DecodeCropResize(indexed, crop, out_w, out_h, flip, want.data(), &whole));
+    SATURATE_ASSERT_OK(DecodeCropResize(indexed, crop, out_w, out_h, flip, got.data(), &cut));
+    cuts += cut.last_used_restart_index();
+    ASSERT_EQ(got, want) << "crop " << crop.width << "x" << crop.height << "+" << crop.x << "+"
+                         << crop.y << " to " << out_w << "x" << out_h << (flip ? " flipped" : "");
+  };
+  for (int cw : {37, 73, 109, 150}) {
+    for (int shrink : {2, 3, 4}) {
+      for (int x = 0; x + cw <= kSw; ++x) {
+        ASSERT_NO_FATAL_FAILURE(check({x, 0, cw, kSh}, cw / shrink, kSh / shrink, x % 2 == 1));
+      }
+    }
+  }
+  for (int ch : {9, 17, 25}) {
+    for (int shrink : {2, 3, 4}) {
+      for (int y = 0; y + ch <= kSh; ++y) {
+        ASSERT_NO_FATAL_FAILURE(check({0, y, kSw, ch}, kSw / shrink, ch / shrink, false));
+      }
+    }
+  }
+  EXPECT_GT(cuts, 1000);
+
+  // The input image_fuzz found (fuzz/seeds/image_fuzz/
+  // restart_cut_chroma_taps_rounding.jpg): a 122x1 4:2:0 JPEG whose
+  // restart-marked copy, cropped to 38x1+45+0 and resized to 9x1, gave G
+  // 29 instead of 30 in the last pixel when cut.
+  const char* hex =
+      "ffd8ffe000104a46494600010100000100010000ffdb00430006040506050406060506070706080a"
+      "100a0a09090a140e0f0c100e141818173416161a1d251f1a1b231c1616202c20233627292a29191f"
+      "2d302d283025282928ffdb0043012707070a080a130a0a13281a161a282828282828282828282828"
+      "28282828282828282828282828282828282828282828282828282828dad7d71e282828282828ffc0"
+      "0011080001007a03012200021101031101ffc4001500010100000000000000000000000000000607"
+      "ffc4001c10000200070000000000000000000000000005040621222330a1ffc40015010101000000"
+      "00000000000000000000000104ffc4001a11000202030000000000000000000000000003fe060521"
+      "22ffdd000400efffda000c03010002110311003f0066566acb000005000000000000000000000000"
+      "0000000000000000000000000000000000000000000000c09b00000000009d66c9eab626f27fffd9"
+      "89504e";
+  Bytes fuzz;
+  for (const char* p = hex; p[0] != '\0' && p[1] != '\0'; p += 2) {
+    fuzz.push_back(std::byte(std::stoi(std::string(p, 2), nullptr, 16)));
+  }
+  ASSERT_EQ(fuzz.size(), 363u);
+  SATURATE_ASSERT_OK_AND_ASSIGN(indexed, AddJpegRestartMarkers(fuzz));
+  cuts = 0;
+  ASSERT_NO_FATAL_FAILURE(check({45, 0, 38, 1}, 9, 1, false));
+  EXPECT_EQ(cuts, 1);
+}
+
+}  // namespace
+}  // namespace saturate::image
