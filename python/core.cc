@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -38,6 +39,7 @@
 #include "saturate/pack/pack.h"
 #include "saturate/trace/trace.h"
 #include "saturate/watch/watcher.h"
+#include "watch/job_labels.h"
 #include "watch/metrics_server.h"
 
 namespace nb = nanobind;
@@ -554,6 +556,11 @@ NB_MODULE(_core, m) {
             o.command = command;
             o.gpus = gpus;
             o.nvml_library = nvml_library;
+            // Job labels (job_id, user, ...) as `saturate watch` puts them on its series.
+            watch::JobLabels job =
+                watch::JobLabelsFromEnv([](const char* n) { return std::getenv(n); });
+            o.job_labels = std::move(job.labels);
+            o.job_gpus = std::move(job.gpus);
             new (self) PyWatcher(o, prometheus);
           },
           "run_dir"_a, "interval_ns"_a, "pid"_a, "command"_a, "gpus"_a, "nvml_library"_a,

@@ -15,6 +15,8 @@ packages=(
   # libraries
   libjpeg62-turbo-dev libpng-dev zlib1g-dev libxxhash-dev
   libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
+  # saturate fleet talks to https:// Prometheus servers
+  libssl-dev
   # sample data (scripts/make-photo-dataset, Fashion-MNIST)
   python3 python3-pil dataset-fashion-mnist plasma-workspace-wallpapers
   # the Python package, its tests and examples (scripts/python-env.sh): Debian's

@@ -31,6 +31,8 @@ scripts/torch2-env.sh .venv-torch2
 export SATURATE_TORCH2_PYTHON="$PWD/.venv-torch2/bin/python"
 
 step "Python tests (pytest, against the installed package)"
+# The fleet and deploy tests run exporters over the fake NVML (no GPU here).
+export SATURATE_FAKE_NVML="$PWD/build/ci/src/watch/libfake_nvml.so"
 # -rs: a real component that cannot start here (Slurm, a GPU) is skipped with its reason printed.
 .venv/bin/python -m pytest -q -rs
 

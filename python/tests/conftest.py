@@ -152,3 +152,17 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def fake_nvml():
+    """The test-only fake libnvidia-ml (src/watch/testing/fake_nvml.cc) for exporters on a
+    machine without a GPU: $SATURATE_FAKE_NVML (scripts/test.sh sets it; a missing one
+    fails), else REPO/build/ci's, else the test skips."""
+    path = os.environ.get("SATURATE_FAKE_NVML")
+    if path:
+        assert os.path.exists(path), f"SATURATE_FAKE_NVML={path} does not exist"
+        return path
+    path = os.path.join(REPO, "build", "ci", "src", "watch", "libfake_nvml.so")
+    if not os.path.exists(path):
+        pytest.skip(f"no fake NVML library at {path} (build the tree: cmake --build build/ci)")
+    return path

@@ -13,7 +13,6 @@ promtool comes with Debian's `prometheus` (scripts/install-deps.sh); without it 
 promtool tests skip with that reason.
 """
 
-import glob
 import json
 import os
 import re
@@ -25,7 +24,7 @@ import urllib.request
 
 import pytest
 
-from conftest import REPO, free_port, saturate_cmd
+from conftest import REPO, fake_nvml, free_port, saturate_cmd
 
 RULES = os.path.join(REPO, "deploy", "prometheus", "saturate-rules.yml")
 RULES_TEST = os.path.join(REPO, "deploy", "prometheus", "saturate-rules.test.yml")
@@ -283,22 +282,6 @@ def used_metrics():
         if m:
             used.add(m.group(1))
     return used
-
-
-def fake_nvml():
-    """The test-only libnvidia-ml (src/watch/testing/fake_nvml.cc): $SATURATE_FAKE_NVML,
-    else one in a build tree of this checkout (build/ci in CI)."""
-    path = os.environ.get("SATURATE_FAKE_NVML")
-    if path:
-        assert os.path.exists(path), f"SATURATE_FAKE_NVML={path} does not exist"
-        return path
-    found = sorted(glob.glob(os.path.join(REPO, "build", "*", "src", "watch", "libfake_nvml.so")),
-                   key=lambda p: (os.path.basename(os.path.dirname(os.path.dirname(
-                       os.path.dirname(p)))) != "ci", p))
-    if not found:
-        pytest.skip("no fake NVML library (build the fake_nvml target, e.g. in build/ci, or set "
-                    "SATURATE_FAKE_NVML): no GPU series to compare the names with")
-    return found[0]
 
 
 def scrape_watch(env):

@@ -134,6 +134,8 @@ class Job::Impl {
     wo.gpus = o_.gpus && (!o_.rank || o_.rank->local_rank == 0);
     wo.nvml_library = o_.nvml_library;
     wo.auto_instrument = auto_instrumented_;
+    wo.job_labels = o_.job_labels;
+    wo.job_gpus = o_.job_gpus;
     SATURATE_ASSIGN_OR_RETURN(watcher_, watch::Watcher::Start(wo));
     return Status::OK();
   }

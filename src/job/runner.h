@@ -31,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/rank_env.h"
@@ -63,6 +64,9 @@ struct JobOptions {
   int64_t interval_ns = 100'000'000;
   bool gpus = true;          // false: do not load NVML
   std::string nvml_library;  // "": libnvidia-ml.so.1, then .so
+  // Labels on the exported series (watch::WatchOptions::job_labels).
+  std::vector<std::pair<std::string, std::string>> job_labels;
+  std::optional<std::vector<int>> job_gpus;
 
   // Output: inherited, or (capture_output, needs run_dir) stdout and stderr
   // together into RUN_DIR/output.log, `on_output` and the result's tail.

@@ -337,8 +337,11 @@ std::vector<HangEvent> HangWatch::Poll(int64_t now_ns) {
   if (ranks.empty()) return out;
   for (RankProgress& r : ranks) {
     if (r.pid > 0 && r.host == options_.host) r.alive = IsAlive(r.pid);
+    steps_ = std::max(steps_, r.step_marks);
   }
   MonitorEvent m = monitor_.Update(ranks, now_ns);
+  if (m.kind == MonitorEvent::Kind::kStalled) stalled_ = true;
+  if (m.kind == MonitorEvent::Kind::kRecovered) stalled_ = false;
   if (m.kind == MonitorEvent::Kind::kStalled) {
     std::vector<StackRequest> requests = RequestStacks(m.alert.ranks, options_.host);
     pending_ = Pending{std::move(m.alert), std::move(requests), now_ns + options_.stack_wait_ns};

@@ -121,6 +121,11 @@ class HangWatch {
 
   const std::string& hang_json_path() const { return options_.hang_json; }
 
+  // As of the last scan: the most step marks any rank made (0: none yet),
+  // and whether the job is stalled now (between a Stalled and its recovery).
+  int64_t steps() const { return steps_; }
+  bool stalled() const { return stalled_; }
+
  private:
   HangEvent Complete();
 
@@ -135,6 +140,8 @@ class HangWatch {
   };
   std::optional<Pending> pending_;
   std::optional<nlohmann::json> last_json_;  // the latest alert, for its recovery
+  int64_t steps_ = 0;
+  bool stalled_ = false;
 };
 
 }  // namespace saturate::ranks

@@ -203,6 +203,8 @@ TEST(HangWatchTest, WritesHangJsonOnAStallAndMarksItsRecovery) {
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].kind, HangEvent::Kind::kStalled);
   EXPECT_EQ(events[0].alert.suspect_rank, 1);
+  EXPECT_EQ(watch.steps(), 5);  // for saturate_job_steps_total
+  EXPECT_TRUE(watch.stalled());
   SATURATE_EXPECT_OK(events[0].saved);
   EXPECT_EQ(watch.hang_json_path(), dir.Join("hang.json"));
   nlohmann::json j = nlohmann::json::parse(testing::ReadFileOrFail(dir.Join("hang.json")));
@@ -219,6 +221,7 @@ TEST(HangWatchTest, WritesHangJsonOnAStallAndMarksItsRecovery) {
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].kind, HangEvent::Kind::kRecovered);
   EXPECT_EQ(events[0].message, "steps resumed after 31 s (rank 0 at step 5)");
+  EXPECT_FALSE(watch.stalled());
   j = nlohmann::json::parse(testing::ReadFileOrFail(dir.Join("hang.json")));
   EXPECT_EQ(j["suspect_rank"], 1);
   EXPECT_TRUE(j.contains("recovered_unix_ns"));
@@ -233,6 +236,7 @@ TEST(HangWatchTest, ASingleProcessRunIsLeftAlone) {
   HangWatch watch(o);
   for (int64_t t = 0; t <= 10 * kS; t += 100 * kMs) EXPECT_TRUE(watch.Poll(t).empty());
   EXPECT_FALSE(std::filesystem::exists(dir.Join("hang.json")));
+  EXPECT_EQ(watch.steps(), 0);
 }
 
 }  // namespace

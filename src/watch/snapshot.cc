@@ -65,7 +65,7 @@ std::string GiB(uint64_t bytes) { return Format("%.1f", double(bytes) / (1u << 3
 template <typename Fn>
 void GpuFamily(PrometheusText& page, const char* name, const char* type, const char* help,
                const Snapshot& s, const std::vector<GpuDeviceInfo>& gpus,
-               const std::string& hostname, Fn value) {
+               const std::string& hostname, const JobLabels& job, Fn value) {
   bool started = false;
   for (const GpuSample& g : s.gpus) {
     std::optional<double> v = g.lost ? std::nullopt : value(g);
@@ -73,13 +73,14 @@ void GpuFamily(PrometheusText& page, const char* name, const char* type, const c
     if (!started) page.Family(name, type, help);
     started = true;
     const GpuDeviceInfo* info = g.index < int(gpus.size()) ? &gpus[g.index] : nullptr;
-    page.Sample({{"gpu", std::to_string(g.index)},
-                 {"UUID", info ? info->uuid : ""},
-                 {"pci_bus_id", info ? info->pci_bus_id : ""},
-                 {"device", "nvidia" + std::to_string(g.index)},
-                 {"modelName", info ? info->name : ""},
-                 {"Hostname", hostname}},
-                *v);
+    Labels labels = {{"gpu", std::to_string(g.index)},
+                     {"UUID", info ? info->uuid : ""},
+                     {"pci_bus_id", info ? info->pci_bus_id : ""},
+                     {"device", "nvidia" + std::to_string(g.index)},
+                     {"modelName", info ? info->name : ""},
+                     {"Hostname", hostname}};
+    if (GpuInJob(job, g.index, int(s.gpus.size()))) labels = MergeLabels(labels, job.labels);
+    page.Sample(labels, *v);
   }
 }
 
@@ -143,11 +144,11 @@ json SnapshotJson(const Snapshot& s) {
 }
 
 std::string SnapshotPrometheus(const Snapshot& s, const std::vector<GpuDeviceInfo>& gpus,
-                               const std::string& hostname, uint64_t samples,
+                               const std::string& hostname, const JobLabels& job, uint64_t samples,
                                int64_t sampler_cpu_ns) {
   PrometheusText page;
   auto gpu = [&](const char* name, const char* type, const char* help, auto value) {
-    GpuFamily(page, name, type, help, s, gpus, hostname, value);
+    GpuFamily(page, name, type, help, s, gpus, hostname, job, value);
   };
   gpu("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).",
       [](const GpuSample& g) { return AsDouble(g.util_pct); });
@@ -188,7 +189,7 @@ std::string SnapshotPrometheus(const Snapshot& s, const std::vector<GpuDeviceInf
       "GPU utilization from the driver's sub-second sample buffer (in %).",
       [](const GpuSample& g) { return g.util_sampled_pct; });
 
-  const Labels host = {{"Hostname", hostname}};
+  const Labels host = HostLabels(hostname, job);
   auto host_gauge = [&](const char* name, const char* help, double v) {
     page.Family(name, "gauge", help);
     page.Sample(host, v);
@@ -196,9 +197,10 @@ std::string SnapshotPrometheus(const Snapshot& s, const std::vector<GpuDeviceInf
   page.Family("saturate_host_cpu_pct", "gauge",
               "Host CPU use by mode, percent of all cores (cpu=\"all\") or of one core.");
   auto cpu = [&](const std::string& id, const CpuUsage& c) {
-    page.Sample({{"Hostname", hostname}, {"cpu", id}, {"mode", "user"}}, c.user_pct);
-    page.Sample({{"Hostname", hostname}, {"cpu", id}, {"mode", "system"}}, c.system_pct);
-    page.Sample({{"Hostname", hostname}, {"cpu", id}, {"mode", "iowait"}}, c.iowait_pct);
+    for (auto [mode, pct] : {std::pair{"user", c.user_pct}, std::pair{"system", c.system_pct},
+                             std::pair{"iowait", c.iowait_pct}}) {
+      page.Sample(MergeLabels(host, {{"cpu", id}, {"mode", mode}}), pct);
+    }
   };
   cpu("all", s.host.cpu);
   for (const CpuUsage& c : s.host.cores) cpu(std::to_string(c.cpu), c);
@@ -225,6 +227,21 @@ std::string SnapshotPrometheus(const Snapshot& s, const std::vector<GpuDeviceInf
               "CPU time used by saturate's sampling thread.");
   page.Sample(host, double(sampler_cpu_ns) / 1e9);
   return page.text();
+}
+
+std::string JobProgressPrometheus(const Labels& host_labels, int64_t steps, bool stalled) {
+  PrometheusText page;
+  page.Family("saturate_job_steps_total", "counter",
+              "Training steps the watched job marked (the most of any rank).");
+  page.Sample(host_labels, double(steps));
+  page.Family("saturate_job_stalled", "gauge",
+              "1 while no rank of the watched job has stepped for --hang-timeout.");
+  page.Sample(host_labels, stalled ? 1 : 0);
+  return page.text();
+}
+
+Labels HostLabels(const std::string& hostname, const JobLabels& job) {
+  return MergeLabels({{"Hostname", hostname}}, job.labels);
 }
 
 std::string RenderLine(const Snapshot& s) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "watch/job_labels.h"
 #include "watch/nvml.h"
 #include "watch/procfs.h"
 
@@ -41,10 +42,20 @@ nlohmann::json SnapshotJson(const Snapshot& s);
 
 // The Prometheus page: GPU metrics named and labelled as dcgm-exporter
 // (DCGM_FI_DEV_GPU_UTIL{gpu,UUID,device,modelName,Hostname}, ...), host and
-// process-tree metrics as saturate_*.
+// process-tree metrics as saturate_*. Every series carries the job's labels
+// (job_labels.h), except those of GPUs the job does not hold.
 std::string SnapshotPrometheus(const Snapshot& s, const std::vector<GpuDeviceInfo>& gpus,
-                               const std::string& hostname, uint64_t samples,
+                               const std::string& hostname, const JobLabels& job, uint64_t samples,
                                int64_t sampler_cpu_ns);
+
+// saturate_job_steps_total and saturate_job_stalled: a job's progress as
+// followed from its step marks (a multi-rank job's hang watch), labelled as
+// the host series.
+std::string JobProgressPrometheus(const Labels& host_labels, int64_t steps, bool stalled);
+
+// {Hostname, the job's labels}: the labels of the host, process-tree and
+// job series (saturate_job_* too, which the watch command adds).
+Labels HostLabels(const std::string& hostname, const JobLabels& job);
 
 struct ViewContext {
   std::string gpu_status;

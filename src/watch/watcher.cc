@@ -131,8 +131,10 @@ class Watcher::Impl {
 
   std::string PrometheusText() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return SnapshotPrometheus(latest_, GpuInfos(), hostname_, samples_, sampler_cpu_ns_);
+    return SnapshotPrometheus(latest_, GpuInfos(), hostname_, Job(), samples_, sampler_cpu_ns_);
   }
+
+  Labels HostLabels() const { return watch::HostLabels(hostname_, Job()); }
 
   std::string Render(bool screen) const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -177,6 +179,14 @@ class Watcher::Impl {
     return gpus;
   }
 
+  JobLabels Job() const { return JobLabels{options_.job_labels, options_.job_gpus}; }
+
+  nlohmann::json JobLabelsJson() const {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [key, value] : options_.job_labels) j[key] = value;
+    return j;
+  }
+
   Status OpenRunDir() {
     std::error_code ec;
     std::filesystem::create_directories(options_.run_dir, ec);
@@ -193,6 +203,7 @@ class Watcher::Impl {
              {"command", options_.command},
              {"pid", options_.pid},
              {"auto_instrument", options_.auto_instrument},
+             {"job_labels", JobLabelsJson()},
              {"start_unix_ns", start_unix_ns_},
              {"start_monotonic_ns", start_ns_},
              {"interval_ns", options_.interval_ns},
@@ -332,6 +343,9 @@ int Watcher::gpu_count() const { return impl_->gpu_count(); }
 WatchStats Watcher::stats() const { return impl_->stats(); }
 std::string Watcher::LatestJson() const { return impl_->LatestJson(); }
 std::string Watcher::PrometheusText() const { return impl_->PrometheusText(); }
+std::vector<std::pair<std::string, std::string>> Watcher::HostLabels() const {
+  return impl_->HostLabels();
+}
 std::string Watcher::Render(bool screen) const { return impl_->Render(screen); }
 
 }  // namespace saturate::watch

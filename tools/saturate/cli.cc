@@ -72,9 +72,14 @@ Result<int64_t> ParseDurationNs(std::string_view text) {
     scale = 1e9;
   } else if (unit == "m" || unit == "min") {
     scale = 60e9;
+  } else if (unit == "h") {
+    scale = 3600e9;
+  } else if (unit == "d") {
+    scale = 86400e9;
   }
   if (end == t.c_str() || scale == 0) {
-    return Status::InvalidArgument("bad duration '" + t + "' (e.g. 100ms, 1s, 2.5s, 5min)");
+    return Status::InvalidArgument("bad duration '" + t +
+                                   "' (e.g. 100ms, 1s, 2.5s, 5min, 24h, 7d)");
   }
   const double ns = v * scale;
   if (!(ns >= 1) || ns > 9e18) {

@@ -30,7 +30,7 @@ int ReportError(std::string_view command, const Status& status);
 
 // "256MiB", "1G", "4096" -> bytes.
 Result<uint64_t> ParseSize(std::string_view text);
-// "100ms", "2.5s", "250us", "5min" -> nanoseconds (>= 1).
+// "100ms", "2.5s", "250us", "5min", "24h", "7d" -> nanoseconds (>= 1).
 Result<int64_t> ParseDurationNs(std::string_view text);
 std::string FormatBytes(uint64_t bytes);     // "1.5 GiB"
 std::string FormatDuration(double seconds);  // "1:05" or "2:03:10"
@@ -58,8 +58,10 @@ void RegisterBench(CLI::App& app, int* exit_code);
 void RegisterWatch(CLI::App& app, int* exit_code);
 void RegisterTrace(CLI::App& app, int* exit_code);
 void RegisterDoctor(CLI::App& app, int* exit_code);  // doctor and report
-void RegisterTune(CLI::App& app, int* exit_code);    // tune and tune feed
-void RegisterRun(CLI::App& app, int* exit_code);     // run-instrumented
+void RegisterFleet(CLI::App& app, int* exit_code);
+void RegisterFleetRules(CLI::App& fleet, int* exit_code);  // `fleet rules`
+void RegisterTune(CLI::App& app, int* exit_code);          // tune and tune feed
+void RegisterRun(CLI::App& app, int* exit_code);           // run-instrumented
 
 }  // namespace saturate::cli
 

@@ -10,7 +10,9 @@ TEST(ParseDurationTest, UnitsAndErrors) {
   EXPECT_EQ(*ParseDurationNs("2.5s"), 2'500'000'000);
   EXPECT_EQ(*ParseDurationNs("250us"), 250'000);
   EXPECT_EQ(*ParseDurationNs("5min"), 300'000'000'000);
-  for (const char* bad : {"", "100", "ms", "1h", "-1s", "0s", "1e30s", "nan s"}) {
+  EXPECT_EQ(*ParseDurationNs("24h"), 86'400'000'000'000);
+  EXPECT_EQ(*ParseDurationNs("7d"), 7 * 86'400'000'000'000);
+  for (const char* bad : {"", "100", "ms", "1y", "-1s", "0s", "1e30s", "nan s"}) {
     EXPECT_FALSE(ParseDurationNs(bad).ok()) << bad;
   }
 }

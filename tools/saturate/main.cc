@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   saturate::cli::RegisterDoctor(app, &exit_code);
   saturate::cli::RegisterTune(app, &exit_code);
   saturate::cli::RegisterRun(app, &exit_code);
+  saturate::cli::RegisterFleet(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -3,9 +3,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 
@@ -13,7 +15,9 @@
 #include "job/runner.h"
 #include "ranks/rank_scanner.h"
 #include "saturate/watch/watcher.h"
+#include "watch/job_labels.h"
 #include "watch/metrics_server.h"
+#include "watch/snapshot.h"
 
 namespace saturate::cli {
 namespace {
@@ -96,6 +100,11 @@ Result<job::JobOptions> MakeOptions(const WatchFlags& f) {
   o.gpus = !f.no_gpu;
   o.nvml_library = f.nvml_library;
   o.auto_instrument = !f.no_auto;
+  SATURATE_ASSIGN_OR_RETURN(
+      watch::JobLabels job,
+      watch::JobLabelsWithFlags([](const char* n) { return std::getenv(n); }, f.labels));
+  o.job_labels = std::move(job.labels);
+  o.job_gpus = std::move(job.gpus);
   // --duration ends a watch of a pid or of the host; a command ends by itself.
   if (!f.duration.empty() && f.command.empty()) {
     SATURATE_ASSIGN_OR_RETURN(o.time_budget_ns, ParseDurationNs(f.duration));
@@ -124,6 +133,11 @@ void AddCommonWatchFlags(CLI::App* cmd, WatchFlags* f) {
       ->capture_default_str();
   cmd->add_option("--prometheus", f->prometheus,
                   "Serve metrics at http://[ADDR:]PORT/metrics (ADDR defaults to 127.0.0.1)");
+  cmd->add_option("--label", f->labels,
+                  "key=value label on every exported series (repeatable); job_id and user "
+                  "come from Slurm, namespace and pod from Kubernetes (POD_NAME, "
+                  "POD_NAMESPACE), run_id from torchrun (docs/fleet.md)")
+      ->allow_extra_args(false);  // one label per --label, so a command may follow
   cmd->add_flag("--no-gpu", f->no_gpu, "Do not load NVML");
   cmd->add_option("--nvml-library", f->nvml_library,
                   "Path of libnvidia-ml (default: libnvidia-ml.so.1, then .so)");
@@ -144,13 +158,22 @@ Status RunWatched(const std::string& name, WatchFlags f, int* exit_code, std::st
 
   SATURATE_ASSIGN_OR_RETURN(std::unique_ptr<job::Job> job, job::Job::Start(options));
   const watch::Watcher& watcher = job->watcher();
+  std::unique_ptr<ranks::HangWatch> hang = MakeHangWatch(options, hang_ns);
+  // The job's progress as the hang watch last saw it, for the endpoint's thread.
+  std::atomic<int64_t> steps{0};
+  std::atomic<bool> stalled{false};
   std::unique_ptr<watch::MetricsServer> server;
   if (!f.prometheus.empty()) {
     SATURATE_ASSIGN_OR_RETURN(watch::ListenAddress address,
                               watch::ParseListenAddress(f.prometheus));
-    SATURATE_ASSIGN_OR_RETURN(server, watch::MetricsServer::Start(address, [&watcher] {
-                                return watcher.PrometheusText();
-                              }));
+    SATURATE_ASSIGN_OR_RETURN(
+        server, watch::MetricsServer::Start(address, [&watcher, &steps, &stalled] {
+          std::string page = watcher.PrometheusText();
+          if (const int64_t n = steps.load(); n > 0) {
+            page += watch::JobProgressPrometheus(watcher.HostLabels(), n, stalled.load());
+          }
+          return page;
+        }));
   }
   if (!f.quiet) {
     std::fprintf(stderr, "saturate %s: %s; every %s", name.c_str(), watcher.gpu_status().c_str(),
@@ -168,7 +191,6 @@ Status RunWatched(const std::string& name, WatchFlags f, int* exit_code, std::st
   }
 
   View view(f.quiet || f.no_view);
-  std::unique_ptr<ranks::HangWatch> hang = MakeHangWatch(options, hang_ns);
   auto next_draw = std::chrono::steady_clock::now();
   SATURATE_ASSIGN_OR_RETURN(job::JobResult result, job->Run([&] {
     const auto now = std::chrono::steady_clock::now();
@@ -178,6 +200,8 @@ Status RunWatched(const std::string& name, WatchFlags f, int* exit_code, std::st
       for (const ranks::HangEvent& e : hang->Poll(now_ns)) {
         ReportHang(name, e, f.quiet, &view);
       }
+      steps = hang->steps();
+      stalled = hang->stalled();
     }
     if (now >= next_draw) {
       view.Draw(watcher);

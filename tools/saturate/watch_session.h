@@ -29,10 +29,11 @@ struct WatchFlags {
   bool no_view = false;
   std::string refresh = "500ms";
   std::string hang_timeout = "60s";  // "0": no hang watch
+  std::vector<std::string> labels;   // --label key=value
   std::vector<std::string> command;
 };
 
-// The flags both commands take: --interval, --prometheus, --no-gpu,
+// The flags both commands take: --interval, --prometheus, --label, --no-gpu,
 // --nvml-library, --no-auto and --hang-timeout.
 void AddCommonWatchFlags(CLI::App* cmd, WatchFlags* flags);
 

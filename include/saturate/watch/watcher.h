@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "saturate/base/status.h"
@@ -38,6 +39,11 @@ struct WatchOptions {
   // Recorded in meta.json: whether the command got the Python
   // auto-instrumentation bootstrap (src/job/bootstrap.h).
   bool auto_instrument = false;
+  // Labels every exported series carries (job_id, user, ...: see
+  // src/watch/job_labels.h), except those of GPUs outside `job_gpus` when
+  // it is set. Recorded in meta.json as "job_labels".
+  std::vector<std::pair<std::string, std::string>> job_labels;
+  std::optional<std::vector<int>> job_gpus;
 };
 
 // Counters about the watcher itself.
@@ -68,6 +74,8 @@ class Watcher {
   // The latest values in the Prometheus text exposition format, GPU metrics
   // named and labelled as dcgm-exporter does.
   std::string PrometheusText() const;
+  // The labels of host-level series: Hostname and the job's labels.
+  std::vector<std::pair<std::string, std::string>> HostLabels() const;
   // The latest values for people: a one-screen view (`screen`) or one line.
   std::string Render(bool screen) const;
 

@@ -18,11 +18,22 @@
 //   processes on GPU 0: compute pid 1000 (2 GiB) and 1001 (1 GiB), graphics
 //   pid 1001 (1 GiB); per-process utilization at t=5000: pid 1000 sm 70 mem
 //   30, pid 1001 sm 5 mem 1, pid 999 (not listed) sm 50. GPU 1 has none.
+//
+// Processes that run the fake under `saturate watch` (the fleet test) plant
+// patterns through the environment, read at each call:
+//   FAKE_NVML_UTIL=<pct>                 every GPU's utilization, constant
+//   FAKE_NVML_UTIL=square:<lo>:<hi>:<ms> alternating lo and hi, each for ms
+//                                        (a saw-tooth GPU waiting on input)
+//   FAKE_NVML_MEMORY_USED_GIB=<gib>      every GPU's memory in use
 // Thread-safety: none; the tests are single-threaded.
+#include <time.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "watch/nvml.h"
@@ -73,6 +84,20 @@ void Reset() {
     sample.sampleValue.uiVal = static_cast<unsigned int>(t / 10);
     s.devices[0].util_samples.push_back(sample);
   }
+}
+
+// FAKE_NVML_UTIL (see the top of the file), as of now.
+std::optional<unsigned int> PlantedUtil() {
+  const char* spec = std::getenv("FAKE_NVML_UTIL");
+  if (spec == nullptr) return std::nullopt;
+  unsigned int lo = 0, hi = 0, ms = 0;
+  if (std::sscanf(spec, "square:%u:%u:%u", &lo, &hi, &ms) == 3 && ms > 0) {
+    timespec now{};
+    clock_gettime(CLOCK_REALTIME, &now);
+    const long long now_ms = now.tv_sec * 1000LL + now.tv_nsec / 1000000;
+    return (now_ms / ms) % 2 == 0 ? lo : hi;
+  }
+  return static_cast<unsigned int>(std::strtoul(spec, nullptr, 10));
 }
 
 struct Initializer {
@@ -295,6 +320,9 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) 
   if (nvmlReturn_t rc = Check(dev); rc != NVML_SUCCESS) return rc;
   memory->total = 80 * kGiB;
   memory->used = static_cast<unsigned long long>(dev->index + 1) * kGiB;
+  if (const char* gib = std::getenv("FAKE_NVML_MEMORY_USED_GIB")) {
+    memory->used = std::min(memory->total, std::strtoull(gib, nullptr, 10) * kGiB);
+  }
   memory->free = memory->total - memory->used;
   return NVML_SUCCESS;
 }
@@ -302,7 +330,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* util) {
   FakeDevice* dev = Dev(device);
   if (nvmlReturn_t rc = Check(dev); rc != NVML_SUCCESS) return rc;
-  util->gpu = 40u + 10u * static_cast<unsigned int>(dev->index);
+  util->gpu = PlantedUtil().value_or(40u + 10u * static_cast<unsigned int>(dev->index));
   util->memory = 20u + static_cast<unsigned int>(dev->index);
   return NVML_SUCCESS;
 }

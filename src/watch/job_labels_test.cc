@@ -1,0 +1,105 @@
+#include "watch/job_labels.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "watch/snapshot.h"
+
+namespace saturate::watch {
+namespace {
+
+base::GetEnv EnvOf(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(JobLabelsTest, SlurmJobWithItsGpus) {
+  JobLabels job = JobLabelsFromEnv(
+      EnvOf({{"SLURM_JOB_ID", "4242"}, {"SLURM_JOB_USER", "alice"}, {"SLURM_JOB_GPUS", "1,3"}}));
+  EXPECT_EQ(job.labels, (Labels{{"job_id", "4242"}, {"user", "alice"}}));
+  ASSERT_TRUE(job.gpus.has_value());
+  EXPECT_EQ(*job.gpus, (std::vector<int>{1, 3}));
+  EXPECT_FALSE(GpuInJob(job, 0, 4));
+  EXPECT_TRUE(GpuInJob(job, 3, 4));
+  // cgroups show the job only its own two GPUs, renumbered 0 and 1.
+  EXPECT_TRUE(GpuInJob(job, 0, 2));
+}
+
+TEST(JobLabelsTest, StepGpusWinAndRangesExpand) {
+  JobLabels job = JobLabelsFromEnv(
+      EnvOf({{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_GPUS", "0-7"}, {"SLURM_STEP_GPUS", "2-4,6"}}));
+  EXPECT_EQ(*job.gpus, (std::vector<int>{2, 3, 4, 6}));
+  EXPECT_FALSE(JobLabelsFromEnv(EnvOf({{"SLURM_JOB_GPUS", "gpu:2"}})).gpus.has_value());
+  EXPECT_FALSE(JobLabelsFromEnv(EnvOf({{"SLURM_JOB_GPUS", "3-1"}})).gpus.has_value());
+}
+
+TEST(JobLabelsTest, KubernetesAndTorchrun) {
+  JobLabels job = JobLabelsFromEnv(EnvOf({{"POD_NAME", "train-0"},
+                                          {"POD_NAMESPACE", "vision"},
+                                          {"TORCHELASTIC_RUN_ID", "resnet-17"}}));
+  ASSERT_EQ(job.labels.size(), 4u);
+  EXPECT_EQ(job.labels[0].first, "user");  // this process's login name
+  EXPECT_EQ(job.labels[1], (std::pair<std::string, std::string>{"namespace", "vision"}));
+  EXPECT_EQ(job.labels[2], (std::pair<std::string, std::string>{"pod", "train-0"}));
+  EXPECT_EQ(job.labels[3], (std::pair<std::string, std::string>{"run_id", "resnet-17"}));
+  EXPECT_FALSE(job.gpus.has_value());
+}
+
+TEST(JobLabelsTest, NoJobNoLabels) {
+  EXPECT_TRUE(JobLabelsFromEnv(EnvOf({})).labels.empty());
+  // torchrun's default run id names no job.
+  EXPECT_TRUE(JobLabelsFromEnv(EnvOf({{"TORCHELASTIC_RUN_ID", "none"}})).labels.empty());
+}
+
+TEST(JobLabelsTest, LabelFlags) {
+  auto ok = ParseLabelFlag("team=vision=v2");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->first, "team");
+  EXPECT_EQ(ok->second, "vision=v2");
+  for (const char* bad : {"team", "=x", "9lives=x", "a-b=x", "__name__=x", "team="}) {
+    EXPECT_FALSE(ParseLabelFlag(bad).ok()) << bad;
+  }
+  auto job = ParseLabelFlag("job=x");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("use job_id"), std::string::npos);
+  auto gpu = ParseLabelFlag("gpu=3");
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_NE(gpu.status().message().find("saturate already sets"), std::string::npos);
+}
+
+TEST(JobLabelsTest, MergeReplacesByName) {
+  EXPECT_EQ(MergeLabels({{"job_id", "1"}, {"user", "a"}}, {{"user", "b"}, {"team", "t"}}),
+            (Labels{{"job_id", "1"}, {"user", "b"}, {"team", "t"}}));
+}
+
+TEST(JobLabelsTest, PrometheusPageLabelsOnlyTheJobsGpus) {
+  Snapshot s;
+  s.gpus.resize(2);
+  s.gpus[0].index = 0;
+  s.gpus[0].util_pct = 0;
+  s.gpus[1].index = 1;
+  s.gpus[1].util_pct = 93;
+  JobLabels job{{{"job_id", "77"}, {"user", "bob"}}, std::vector<int>{1}};
+  const std::string page = SnapshotPrometheus(s, {}, "node-a", job, 5, 0);
+  EXPECT_NE(page.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"\",pci_bus_id=\"\",device=\"nvidia0\","
+                      "modelName=\"\",Hostname=\"node-a\"} 0\n"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("modelName=\"\",Hostname=\"node-a\",job_id=\"77\",user=\"bob\"} 93\n"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("saturate_watch_samples_total{Hostname=\"node-a\",job_id=\"77\","
+                      "user=\"bob\"} 5\n"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("saturate_host_cpu_pct{Hostname=\"node-a\",job_id=\"77\",user=\"bob\","
+                      "cpu=\"all\",mode=\"user\"}"),
+            std::string::npos)
+      << page;
+}
+
+}  // namespace
+}  // namespace saturate::watch
