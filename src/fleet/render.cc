@@ -52,18 +52,20 @@ struct Row {
 std::string Table(const std::vector<Row>& rows, bool with_user, double price, int max_rows) {
   char line[256];
   std::string out;
-  std::snprintf(line, sizeof(line), "  %-14s %-9s %-16s %4s %8s %5s %8s %8s%s\n", "name",
-                with_user ? "user" : "", "nodes", "GPUs", "GPU-h", "busy", "idle-h", "wasted-h",
-                price > 0 ? "     cost" : "");
+  const std::string user_column = with_user ? " %-9s" : "%s";
+  const std::string head = "  %-14s" + user_column + " %-16s %4s %8s %5s %8s %8s%s\n";
+  std::snprintf(line, sizeof(line), head.c_str(), "name", with_user ? "user" : "", "nodes", "GPUs",
+                "GPU-h", "busy", "idle-h", "wasted-h", price > 0 ? "     cost" : "");
   out += line;
+  const std::string row = "  %-14s" + user_column + " %-16s %4d %8.2f %4.0f%% %8.2f %8.2f";
   int n = 0;
   for (const Row& r : rows) {
     if (n++ == max_rows) {
       out += "  ... " + std::to_string(rows.size() - size_t(max_rows)) + " more (--json)\n";
       break;
     }
-    std::snprintf(line, sizeof(line), "  %-14s %-9s %-16s %4d %8.2f %4.0f%% %8.2f %8.2f",
-                  Cut(r.name, 14).c_str(), Cut(r.user, 9).c_str(), Cut(r.hosts, 16).c_str(),
+    std::snprintf(line, sizeof(line), row.c_str(), Cut(r.name, 14).c_str(),
+                  with_user ? Cut(r.user, 9).c_str() : "", Cut(r.hosts, 16).c_str(),
                   r.g->gpus, r.g->hours, BusyPct(*r.g), r.g->idle_hours, r.g->wasted_hours());
     out += line;
     if (price > 0) out += Fmt(" %8.2f", r.g->hours * price);
@@ -72,19 +74,26 @@ std::string Table(const std::vector<Row>& rows, bool with_user, double price, in
   return out;
 }
 
-// Wraps `text` at `width` columns, every line after the first indented.
+// Wraps `text` at `width` columns; its leading spaces stay, and every line
+// after the first starts with `indent`.
 std::string Wrap(const std::string& text, size_t width, const std::string& indent) {
-  std::string out, line;
-  size_t i = 0;
-  while (i < text.size()) {
+  const size_t lead = text.find_first_not_of(' ');
+  if (lead == std::string::npos) return text + "\n";
+  std::string out, line = text.substr(0, lead);
+  bool empty = true;  // no word on `line` yet
+  for (size_t i = lead; i < text.size();) {
     size_t j = text.find(' ', i);
     if (j == std::string::npos) j = text.size();
-    std::string word = text.substr(i, j - i);
-    if (!line.empty() && line.size() + 1 + word.size() > width) {
+    const std::string word = text.substr(i, j - i);
+    if (!empty && line.size() + 1 + word.size() > width) {
       out += line + "\n";
       line = indent;
+      empty = true;
     }
-    line += (line.empty() || line == indent ? "" : " ") + word;
+    if (!word.empty()) {
+      line += (empty ? "" : " ") + word;
+      empty = false;
+    }
     i = j + 1;
   }
   return out + line + "\n";
