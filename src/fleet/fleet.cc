@@ -7,8 +7,13 @@
 #include <set>
 #include <tuple>
 
+#include "fleet/text.h"
+
 namespace saturate::fleet {
 namespace {
+
+using text::Clock;
+using text::Fmt;
 
 std::string Get(const LabelSet& labels, const char* name) {
   auto it = labels.find(name);
@@ -23,12 +28,6 @@ std::string HostOf(const LabelSet& labels) {
 std::string GpuOf(const LabelSet& labels) {
   std::string gpu = Get(labels, "gpu");
   return gpu.empty() ? Get(labels, "UUID") : gpu;
-}
-
-std::string Fmt(const char* fmt, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), fmt, v);
-  return buf;
 }
 
 // "45 s", "12 min", "3.5 h".
@@ -150,15 +149,6 @@ void AddTo(Group* g, const Holding& h) {
   if (std::find(g->hosts.begin(), g->hosts.end(), h.host) == g->hosts.end()) {
     g->hosts.push_back(h.host);
   }
-}
-
-std::string Clock(double unix_s) {
-  const std::time_t t = std::time_t(unix_s);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M", &tm);
-  return buf;
 }
 
 // Per host: the share of the window's steps with a GPU sample, and where

@@ -8,26 +8,15 @@
 #include "doctor/report.h"
 #include "doctor/svg.h"
 #include "fleet/fleet.h"
+#include "fleet/text.h"
 
 namespace saturate::fleet {
 namespace {
 
+using text::Clock;
+using text::Fmt;
+
 using doctor::HtmlEscape;
-
-std::string Fmt(const char* fmt, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), fmt, v);
-  return buf;
-}
-
-std::string Clock(double unix_s) {
-  const std::time_t t = std::time_t(unix_s);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
 
 std::string Hosts(const std::vector<std::string>& hosts) {
   std::string out;
@@ -65,8 +54,8 @@ std::string Table(const std::vector<Row>& rows, bool with_user, double price, in
       break;
     }
     std::snprintf(line, sizeof(line), row.c_str(), Cut(r.name, 14).c_str(),
-                  with_user ? Cut(r.user, 9).c_str() : "", Cut(r.hosts, 16).c_str(),
-                  r.g->gpus, r.g->hours, BusyPct(*r.g), r.g->idle_hours, r.g->wasted_hours());
+                  with_user ? Cut(r.user, 9).c_str() : "", Cut(r.hosts, 16).c_str(), r.g->gpus,
+                  r.g->hours, BusyPct(*r.g), r.g->idle_hours, r.g->wasted_hours());
     out += line;
     if (price > 0) out += Fmt(" %8.2f", r.g->hours * price);
     out += "\n";

@@ -7,8 +7,12 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "fleet/text.h"
+
 namespace saturate::fleet {
 namespace {
+
+using text::Fmt;
 
 using nlohmann::json;
 
@@ -36,12 +40,6 @@ Result<Url> ParseUrl(const std::string& text) {
   if (path_start != std::string::npos) url.prefix = text.substr(path_start);
   while (!url.prefix.empty() && url.prefix.back() == '/') url.prefix.pop_back();
   return url;
-}
-
-std::string Fmt(const char* fmt, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), fmt, v);
-  return buf;
 }
 
 double ParseValue(const json& v) {
