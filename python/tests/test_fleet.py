@@ -79,6 +79,12 @@ def cluster(tmp_path_factory):
             [*saturate_cmd(), "fleet", "rules", "--idle-for", "15s", "--sawtooth-window", "15s",
              "--stall-for", "1h", "--down-for", "1h"],
             capture_output=True, text=True, check=True).stdout
+        # A dcgm-exporter with profiling metrics only, for one node: the ratio of time the
+        # graphics engine was active (a recording rule turns saturate's series into it).
+        rules += ("  - name: dcgm-profiling\n    rules:\n"
+                  "      - record: DCGM_FI_PROF_GR_ENGINE_ACTIVE\n"
+                  "        expr: DCGM_FI_DEV_GPU_UTIL{Hostname=\"node-ok\"} / 100\n"
+                  "        labels: {exporter: dcgm}\n")
         (work / "rules.yml").write_text(rules)
         targets = ", ".join(f'"127.0.0.1:{p}"' for p in ports)
         (work / "prometheus.yml").write_text(
@@ -171,6 +177,17 @@ def test_fleet_ranks_the_idle_job_first_and_names_the_sawtooth(cluster, tmp_path
     assert "[idle_allocation] job 101 (alice) held 2 GPUs idle" in text.stdout
 
 
+def test_fleet_reads_dcgm_profiling_metrics(cluster):
+    """No DCGM_FI_DEV_GPU_UTIL for the selection: the engine-active ratio stands in."""
+    out = fleet(cluster, "--json", "--selector", 'exporter="dcgm"')
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert [j["name"] for j in report["jobs"]] == ["103"]
+    job = report["jobs"][0]
+    assert job["busy_gpu_hours"] / job["gpu_hours"] == pytest.approx(0.92, abs=0.02)
+    assert any("DCGM_FI_PROF_GR_ENGINE_ACTIVE" in g for g in report["gaps"]), report["gaps"]
+
+
 def test_fleet_bad_input(cluster):
     sat = saturate_cmd()
     down = subprocess.run([*sat, "fleet", "--prometheus", f"http://127.0.0.1:{free_port()}",
@@ -185,7 +202,7 @@ def test_fleet_bad_input(cluster):
     assert "is not Prometheus' API" in wrong.stderr, wrong.stderr
     none = fleet(cluster, "--selector", 'Hostname="nowhere"')
     assert none.returncode == 2
-    assert 'no `DCGM_FI_DEV_GPU_UTIL{Hostname="nowhere"}` series' in none.stderr
+    assert 'no `DCGM_FI_DEV_GPU_UTIL{Hostname="nowhere"}` (nor' in none.stderr
     bad = fleet(cluster, "--selector", "Hostname=")
     assert bad.returncode == 2 and "Prometheus rejected" in bad.stderr, bad.stderr
     usage = subprocess.run([*sat, "fleet"], capture_output=True, text=True)

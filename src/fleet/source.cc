@@ -175,8 +175,17 @@ Result<FleetInput> Fetch(const SourceOptions& o) {
   const std::string util_q = Selector("DCGM_FI_DEV_GPU_UTIL", o.selector);
   SATURATE_ASSIGN_OR_RETURN(in.util, range(util_q));
   if (in.util.empty()) {
-    return Status::NotFound("no `" + util_q + "` series at " + o.url + " in the last " +
-                            Fmt("%g", o.since_s / 3600) +
+    // dcgm-exporter set up with profiling metrics only: the graphics engine's
+    // active ratio is the utilization (0..1).
+    const std::string prof_q = Selector("DCGM_FI_PROF_GR_ENGINE_ACTIVE", o.selector) + " * 100";
+    SATURATE_ASSIGN_OR_RETURN(in.util, range(prof_q));
+    if (!in.util.empty()) {
+      in.notes.push_back("no `" + util_q + "` series: utilization is `" + prof_q + "`");
+    }
+  }
+  if (in.util.empty()) {
+    return Status::NotFound("no `" + util_q + "` (nor DCGM_FI_PROF_GR_ENGINE_ACTIVE) series at " +
+                            o.url + " in the last " + Fmt("%g", o.since_s / 3600) +
                             " h: does this Prometheus scrape saturate watch --prometheus or "
                             "dcgm-exporter (docs/fleet.md)?");
   }
