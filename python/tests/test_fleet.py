@@ -10,6 +10,7 @@ healthy job at 92%. The rules are `saturate fleet rules` with short windows.
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -200,6 +201,15 @@ def test_fleet_bad_input(cluster):
                            capture_output=True, text=True)
     assert wrong.returncode == 2
     assert "is not Prometheus' API" in wrong.stderr, wrong.stderr
+    # A server that accepts the connection and never answers.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        slow = subprocess.run([*sat, "fleet", "--prometheus",
+                               f"http://127.0.0.1:{silent.getsockname()[1]}", "--since", "1min",
+                               "--timeout", "1s"], capture_output=True, text=True, timeout=30)
+    assert slow.returncode == 2
+    assert "did not answer within 1 s (--timeout)" in slow.stderr, slow.stderr
     none = fleet(cluster, "--selector", 'Hostname="nowhere"')
     assert none.returncode == 2
     assert 'no `DCGM_FI_DEV_GPU_UTIL{Hostname="nowhere"}` (nor' in none.stderr
