@@ -47,6 +47,19 @@ double ParseValue(const json& v) {
   return v.is_string() ? std::strtod(v.get<std::string>().c_str(), nullptr) : v.get<double>();
 }
 
+std::string Why(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection:
+      return "could not connect";
+    case httplib::Error::SSLConnection:
+      return "the TLS handshake failed";
+    case httplib::Error::SSLServerVerification:
+      return "its TLS certificate did not verify";
+    default:
+      return httplib::to_string(e);
+  }
+}
+
 class Client {
  public:
   Client(const Url& url, double timeout_s, std::string shown)
@@ -69,10 +82,8 @@ class Client {
         return Status::Unavailable("Prometheus at " + shown_ + " did not answer within " +
                                    Fmt("%g", timeout_s_) + " s (--timeout) for `" + query + "`");
       }
-      return Status::Unavailable("cannot reach Prometheus at " + shown_ + ": " +
-                                 httplib::to_string(e) +
-                                 " (is it running, and is --prometheus "
-                                 "its address?)");
+      return Status::Unavailable("cannot reach Prometheus at " + shown_ + ": " + Why(e) +
+                                 " (is it running, and is --prometheus its address?)");
     }
     const std::string type = res->get_header_value("Content-Type");
     if (type.find("json") == std::string::npos) {
