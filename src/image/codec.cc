@@ -357,7 +357,12 @@ Result<std::vector<std::byte>> EncodeJpeg(const uint8_t* rgb, int width, int hei
   return out;
 }
 
-Result<std::vector<std::byte>> AddJpegRestartMarkers(std::span<const std::byte> jpeg) {
+Result<std::vector<std::byte>> AddJpegRestartMarkers(std::span<const std::byte> jpeg,
+                                                     int restart_rows) {
+  if (restart_rows < kRestartEveryMcu) {
+    return Status::InvalidArgument("restart_rows " + std::to_string(restart_rows) +
+                                   ": want -1 (every MCU), 0 (none) or a number of MCU rows");
+  }
   if (SniffFormat(jpeg) != ImageFormat::kJpeg) return UnknownFormat(jpeg);
   JpegDecompressor in(/*strict=*/true);
   const auto* data = reinterpret_cast<const unsigned char*>(jpeg.data());
@@ -390,7 +395,11 @@ Result<std::vector<std::byte>> AddJpegRestartMarkers(std::span<const std::byte> 
         jpeg_create_compress(&c);
         c.dest = &dest.pub;
         jpeg_copy_critical_parameters(&in.cinfo, &c);
-        c.restart_interval = 1;  // one MCU per restart interval
+        if (restart_rows == kRestartEveryMcu) {
+          c.restart_interval = 1;  // one MCU per restart interval
+        } else {
+          c.restart_in_rows = restart_rows;  // 0: none (libjpeg caps it at 65535 MCUs)
+        }
         c.optimize_coding = TRUE;
         // The source's JFIF/Adobe markers are copied below with the others.
         c.write_JFIF_header = FALSE;

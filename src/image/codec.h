@@ -62,17 +62,25 @@ Result<std::vector<std::byte>> EncodeJpeg(const uint8_t* rgb, int width, int hei
 Result<std::vector<std::byte>> ReencodeJpeg(std::span<const std::byte> bytes, int max_side,
                                             int quality);
 
-// Losslessly rewrites a JPEG as a baseline JPEG with a restart marker after
-// every MCU and optimized Huffman tables (as `jpegtran -optimize -restart 1B`),
-// keeping its APPn and COM markers. The DCT coefficients are copied, so it
-// decodes to exactly the same pixels; DecodeCropResize (transform.h) then
-// entropy-decodes only the MCUs around a crop instead of every row above it.
-// Files grow by about 2.5 bytes per MCU less what the optimized tables save
-// (+5% on the benchmark photos). Errors: Corruption for a bad or non-JPEG
-// input, InvalidArgument for one over kMaxImagePixels, Unimplemented for a
+// Where AddJpegRestartMarkers puts restart markers: after every MCU
+// (kRestartEveryMcu), after every N MCU rows (N > 0), or nowhere (0).
+inline constexpr int kRestartEveryMcu = -1;
+
+// Losslessly rewrites a JPEG as a baseline JPEG with optimized Huffman
+// tables and restart markers as `restart_rows` says (by default after every
+// MCU, as `jpegtran -optimize -restart 1B`; N > 0 as `-restart N`), keeping
+// its APPn and COM markers. The DCT coefficients are copied, so it decodes
+// to exactly the same pixels; DecodeCropResize (transform.h) then
+// entropy-decodes only the MCUs around a crop (a marker after every MCU) or
+// the rows of intervals that hold it (every N rows) instead of every row
+// above it. A marker after every MCU grows a file by about 2.5 bytes per
+// MCU less what the optimized tables save (+5% on the benchmark photos).
+// Errors: Corruption for a bad or non-JPEG input, InvalidArgument for one
+// over kMaxImagePixels or a restart_rows below -1, Unimplemented for a
 // progressive JPEG whose scans leave coefficients out (libjpeg smooths
 // those; a baseline copy would decode differently): store it as it is.
-Result<std::vector<std::byte>> AddJpegRestartMarkers(std::span<const std::byte> jpeg);
+Result<std::vector<std::byte>> AddJpegRestartMarkers(std::span<const std::byte> jpeg,
+                                                     int restart_rows = kRestartEveryMcu);
 
 // Area-averaging (box filter) resize of interleaved RGB8; meant for
 // shrinking. Exposed for tests and callers that already hold pixels.

@@ -63,14 +63,12 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
   if (grid) {
     const int margin = HasYccPlanes(c) ? 0 : 1;
     const McuRange r = RangeAround(*grid, width, height, scale, margin, fx0, fx1, fy0, fy1);
-    const bool whole = r.c0 == 0 && r.r0 == 0 && r.c1 == grid->mcus_x && r.r1 == grid->mcus_y;
     const size_t start = encoded.size() - c.src->bytes_in_buffer;  // after SOS
-    const size_t mcus_needed = size_t(r.r1 - 1) * grid->mcus_x + r.c1;
     size_t cut_bytes = 0;
-    // Cut, unless nothing is to be cut away (or told not to): then it is
-    // decoded whole, and still indexed. A failed index falls back to RGB.
-    if (!whole && s.cut_restart_index) {
-      if (!IndexMcus(data, encoded.size(), start, mcus_needed, &s.mcu_starts) ||
+    // Cut, unless that skips nothing (or told not to): then it is decoded
+    // whole, and still indexed. A failed index falls back to RGB.
+    if (CutSkipsData(*grid, r) && s.cut_restart_index) {
+      if (!IndexSegments(data, encoded.size(), start, SegmentsThrough(*grid, r), &s.mcu_starts) ||
           (cut_bytes = CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg)) == 0) {
         indexed = false;
       }

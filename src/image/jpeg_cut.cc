@@ -49,7 +49,7 @@ size_t FindBaselineSof(const uint8_t* p, size_t end, int width, int height) {
 }  // namespace
 
 std::optional<McuGrid> RestartGrid(const jpeg_decompress_struct& c) {
-  if (c.restart_interval != 1 || c.progressive_mode || c.arith_code ||
+  if (c.restart_interval == 0 || c.progressive_mode || c.arith_code ||
       c.comps_in_scan != c.num_components) {
     return std::nullopt;
   }
@@ -64,11 +64,14 @@ std::optional<McuGrid> RestartGrid(const jpeg_decompress_struct& c) {
   g.mcu_h = c.comps_in_scan == 1 ? 8 : 8 * max_v;
   g.mcus_x = static_cast<int>((c.image_width + g.mcu_w - 1) / g.mcu_w);
   g.mcus_y = static_cast<int>((c.image_height + g.mcu_h - 1) / g.mcu_h);
+  if (c.restart_interval == 1) return g;  // One MCU per segment.
+  if (c.restart_interval % static_cast<unsigned>(g.mcus_x) != 0) return std::nullopt;
+  g.rows_per_segment = static_cast<int>(c.restart_interval / static_cast<unsigned>(g.mcus_x));
   return g;
 }
 
-bool IndexMcus(const uint8_t* p, size_t size, size_t start, size_t count,
-               std::vector<uint32_t>* starts) {
+bool IndexSegments(const uint8_t* p, size_t size, size_t start, size_t count,
+                   std::vector<uint32_t>* starts) {
   if (size > UINT32_MAX - 2) return false;
   starts->clear();
   starts->push_back(static_cast<uint32_t>(start));
@@ -95,13 +98,19 @@ size_t CutMcus(const uint8_t* jpeg, const std::vector<uint32_t>& starts, const M
   const size_t header = starts[0];
   const size_t sof = FindBaselineSof(jpeg, header, width, height);
   if (sof == 0) return 0;
-  // A row's MCUs are adjacent in the source, each followed by its marker:
-  // one copy per row, then the markers renumbered from RST0; the last one
-  // becomes the EOI.
-  auto first = [&](int r) { return size_t(r) * g.mcus_x + range.c0; };
-  auto end = [&](int r) { return size_t(r) * g.mcus_x + range.c1; };
+  // The segments of a row of segments are adjacent in the source, each
+  // followed by its marker: one copy per row, then the markers renumbered
+  // from RST0; the last one becomes the EOI. With row segments, a row of
+  // segments is one segment, and the range's rows are whole segments.
+  const int cols = g.SegmentCols(), height_in_rows = g.SegmentRows();
+  const bool rows = g.rows_per_segment > 0;
+  const int c0 = rows ? 0 : range.c0, c1 = rows ? 1 : range.c1;
+  const int r0 = range.r0 / height_in_rows;
+  const int r1 = (range.r1 + height_in_rows - 1) / height_in_rows;
+  auto first = [&](int r) { return size_t(r) * cols + c0; };
+  auto end = [&](int r) { return size_t(r) * cols + c1; };
   size_t bytes = header;
-  for (int r = range.r0; r < range.r1; ++r) bytes += starts[end(r)] - starts[first(r)];
+  for (int r = r0; r < r1; ++r) bytes += starts[end(r)] - starts[first(r)];
   uint8_t* dst = Grow(*out, bytes);
   std::memcpy(dst, jpeg, header);
   dst[sof + 5] = static_cast<uint8_t>(range.height >> 8);
@@ -110,7 +119,7 @@ size_t CutMcus(const uint8_t* jpeg, const std::vector<uint32_t>& starts, const M
   dst[sof + 8] = static_cast<uint8_t>(range.width);
   uint8_t* d = dst + header;
   int n = 0;
-  for (int r = range.r0; r < range.r1; ++r) {
+  for (int r = r0; r < r1; ++r) {
     const size_t base = starts[first(r)];
     std::memcpy(d, jpeg + base, starts[end(r)] - base);
     for (size_t k = first(r); k < end(r); ++k, ++n) {
@@ -130,9 +139,25 @@ McuRange RangeAround(const McuGrid& g, int width, int height, int scale, int mar
   r.c1 = std::min(g.mcus_x, (static_cast<int>(std::ceil(fx1)) - 1 + margin) / sw + 1);
   r.r0 = std::max(0, (static_cast<int>(std::floor(fy0)) - margin) / sh);
   r.r1 = std::min(g.mcus_y, (static_cast<int>(std::ceil(fy1)) - 1 + margin) / sh + 1);
+  if (g.rows_per_segment > 0) {
+    const int k = g.rows_per_segment;
+    r.c0 = 0, r.c1 = g.mcus_x;
+    r.r0 = r.r0 / k * k;
+    r.r1 = std::min(g.mcus_y, (r.r1 + k - 1) / k * k);
+  }
   r.width = std::min(width, r.c1 * g.mcu_w) - r.c0 * g.mcu_w;
   r.height = std::min(height, r.r1 * g.mcu_h) - r.r0 * g.mcu_h;
   return r;
+}
+
+size_t SegmentsThrough(const McuGrid& g, const McuRange& r) {
+  if (g.rows_per_segment == 0) return size_t(r.r1 - 1) * g.mcus_x + r.c1;
+  return size_t(r.r1 + g.rows_per_segment - 1) / g.rows_per_segment;
+}
+
+bool CutSkipsData(const McuGrid& g, const McuRange& r) {
+  if (g.rows_per_segment > 0) return r.r0 > 0;
+  return !(r.c0 == 0 && r.r0 == 0 && r.c1 == g.mcus_x && r.r1 == g.mcus_y);
 }
 
 }  // namespace saturate::image

@@ -1,11 +1,13 @@
-// jpeg_cut: decoding only the MCUs around a crop. A JPEG with a restart
-// marker after every MCU (AddJpegRestartMarkers, codec.h) can be cut down
-// to the MCUs around a crop: each MCU's entropy-coded segment then decodes
-// on its own (restarts reset the DC predictors), so the MCUs above and
-// beside the crop are never Huffman-decoded, which is most of libjpeg's
-// time otherwise. The cut is a valid JPEG (the same header with the new
-// size, the chosen segments renumbered) whose pixels are those of the
-// whole image's decode, block for block.
+// jpeg_cut: decoding only the MCUs around a crop. A JPEG with restart
+// markers (AddJpegRestartMarkers, codec.h) can be cut down to the restart
+// intervals around a crop: each interval's entropy-coded segment decodes on
+// its own (restarts reset the DC predictors), so the segments above (and,
+// with a marker after every MCU, beside) the crop are never
+// Huffman-decoded, which is most of libjpeg's time otherwise. Two kinds of
+// interval can be cut: one MCU (cut to MCU columns and rows), or N whole
+// MCU rows (cut to rows, N at a time). The cut is a valid JPEG (the same
+// header with the new size, the chosen segments renumbered) whose pixels
+// are those of the whole image's decode, block for block.
 //
 // Input is untrusted: IndexMcus and CutMcus check what they read and say
 // no (false, 0) rather than cut a stream they do not understand; the
@@ -25,17 +27,24 @@ namespace saturate::image {
 struct McuGrid {
   int mcu_w = 0, mcu_h = 0;    // MCU size in image pixels
   int mcus_x = 0, mcus_y = 0;  // MCUs per row, MCU rows
+  // What one restart interval (entropy-coded segment) holds: one MCU (0),
+  // or this many whole MCU rows (the last segment may have fewer).
+  int rows_per_segment = 0;
+
+  // Segments side by side in a row of segments, and its height in MCU rows.
+  int SegmentCols() const { return rows_per_segment == 0 ? mcus_x : 1; }
+  int SegmentRows() const { return rows_per_segment == 0 ? 1 : rows_per_segment; }
 };
 
-// The MCU grid of a JPEG whose header `c` has read, if it is one scan in
-// which every MCU is its own restart interval.
+// The MCU grid of a JPEG whose header `c` has read, if it is one scan whose
+// restart interval is one MCU or a whole number of MCU rows.
 std::optional<McuGrid> RestartGrid(const jpeg_decompress_struct& c);
 
-// Records where the entropy-coded segments of MCUs 0..count-1 start (and,
-// as entry `count`, the end of the last one plus 2, as if a marker followed).
+// Records where entropy-coded segments 0..count-1 start (and, as entry
+// `count`, the end of the last one plus 2, as if a marker followed).
 // False unless the data is a run of segments separated by RST0..RST7 in order.
-bool IndexMcus(const uint8_t* p, size_t size, size_t start, size_t count,
-               std::vector<uint32_t>* starts);
+bool IndexSegments(const uint8_t* p, size_t size, size_t start, size_t count,
+                   std::vector<uint32_t>* starts);
 
 // MCU columns [c0, c1) and rows [r0, r1) of an McuGrid, and their size in
 // pixels (the last MCU column and row may be partial).
@@ -44,10 +53,21 @@ struct McuRange {
   int width = 0, height = 0;
 };
 
+// How many segments, from the first, hold the MCUs of `r` (whole segments,
+// see RangeAround): the count to give IndexSegments.
+size_t SegmentsThrough(const McuGrid& g, const McuRange& r);
+
+// Whether cutting to `r` skips any entropy-coded data that decoding down
+// to the range's last row would read: MCUs beside it (one-MCU segments) or
+// segments above it. A range that starts at the top of a file with row
+// segments is decoded as it is.
+bool CutSkipsData(const McuGrid& g, const McuRange& r);
+
 // Writes into `out` a JPEG of the MCUs `range` of `jpeg` (a width x height
-// image indexed by IndexMcus, header ending at starts[0]): the same header
-// with the new size, then the chosen segments, renumbered. Returns its size
-// (out only grows), or 0 if the header is not one it can rewrite.
+// image indexed by IndexSegments, header ending at starts[0]; the range in
+// whole segments): the same header with the new size, then the chosen
+// segments, renumbered. Returns its size (out only grows), or 0 if the
+// header is not one it can rewrite.
 size_t CutMcus(const uint8_t* jpeg, const std::vector<uint32_t>& starts, const McuGrid& g,
                int width, int height, const McuRange& range, std::vector<uint8_t>* out);
 
@@ -56,6 +76,8 @@ size_t CutMcus(const uint8_t* jpeg, const std::vector<uint32_t>& starts, const M
 // Decoding to RGB needs a margin of 1: chroma upsampling makes the outermost
 // pixels of a cut image differ from the full decode, so they must not reach
 // the filter taps. Components (DecodeJpegPlanes) are exact block by block.
+// With row segments, the range is widened to whole segments: all columns,
+// and rows from a segment's first to a segment's last (or the image's).
 McuRange RangeAround(const McuGrid& g, int width, int height, int scale, int margin, double fx0,
                      double fx1, double fy0, double fy1);
 

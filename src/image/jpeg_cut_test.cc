@@ -1,5 +1,6 @@
-// Tests of the restart-marker cut (jpeg_cut.cc) through DecodeCropResize:
-// a cut decodes to the bytes of the whole restart-marked file.
+// Tests of the restart-marker cut (jpeg_cut.cc), directly and through
+// DecodeCropResize: a cut decodes to the bytes of the whole restart-marked
+// file, whatever the restart interval.
 #include "image/jpeg_cut.h"
 
 #include <gtest/gtest.h>
@@ -162,6 +163,119 @@ TEST_F(DecodeCropResizeTest, RestartIndexedCutMatchesWholeAtEveryOffset) {
   cuts = 0;
   ASSERT_NO_FATAL_FAILURE(check({45, 0, 38, 1}, 9, 1, false));
   EXPECT_EQ(cuts, 1);
+}
+
+// The MCU range of a crop is widened to whole segments when a restart
+// interval holds whole MCU rows: every column, rows from a segment's first.
+TEST(JpegCutTest, RowSegmentsWidenTheRangeToWholeSegments) {
+  McuGrid g;
+  g.mcu_w = g.mcu_h = 16;
+  g.mcus_x = 40, g.mcus_y = 30;  // a 640x480 4:2:0 image
+  // Scaled pixels [100, 200) x [70, 300) at 8/8: MCU columns 6..12, rows 4..18.
+  McuRange r = RangeAround(g, 640, 480, 8, 0, 100, 200, 70, 300);
+  EXPECT_EQ(r.c0, 6);
+  EXPECT_EQ(r.c1, 13);
+  EXPECT_EQ(r.r0, 4);
+  EXPECT_EQ(r.r1, 19);
+  EXPECT_EQ(SegmentsThrough(g, r), size_t(18 * 40 + 13));
+  EXPECT_TRUE(CutSkipsData(g, r));
+  g.rows_per_segment = 4;
+  r = RangeAround(g, 640, 480, 8, 0, 100, 200, 70, 300);
+  EXPECT_EQ(r.c0, 0);
+  EXPECT_EQ(r.c1, 40);
+  EXPECT_EQ(r.r0, 4);
+  EXPECT_EQ(r.r1, 20);
+  EXPECT_EQ(r.width, 640);
+  EXPECT_EQ(r.height, 16 * 16);
+  EXPECT_EQ(SegmentsThrough(g, r), 5u);
+  EXPECT_TRUE(CutSkipsData(g, r));
+  // The last segment has only 2 rows (30 = 7 * 4 + 2); a crop in the first
+  // segment's rows skips nothing that decoding down to it would read.
+  r = RangeAround(g, 640, 480, 8, 0, 0, 640, 470, 480);
+  EXPECT_EQ(r.r0, 28);
+  EXPECT_EQ(r.r1, 30);
+  EXPECT_EQ(SegmentsThrough(g, r), 8u);
+  r = RangeAround(g, 640, 480, 8, 0, 300, 400, 0, 50);
+  EXPECT_EQ(r.r0, 0);
+  EXPECT_FALSE(CutSkipsData(g, r));
+}
+
+// A file with a restart marker after every N MCU rows (N = 1, 2, 3, 8) is
+// cut to the segments holding the crop's rows, and gives the bytes of
+// decoding it whole, which are those of the file with a marker after every
+// MCU: the restart interval changes the speed, never the output.
+TEST_F(DecodeCropResizeTest, RowRestartIntervalsGiveTheBytesOfEveryMcuMarkers) {
+  constexpr int kOddW = 637, kOddH = 479;
+  std::vector<uint8_t> odd = PhotoLike(kOddW, kOddH), gray(size_t(kW) * kH);
+  for (size_t i = 0; i < gray.size(); ++i) gray[i] = rgb_[3 * i + 1];
+  struct Source {
+    const char* name;
+    Bytes jpeg;
+    int w, h;
+  };
+  const Source sources[] = {
+      {"420", jpeg_, kW, kH},
+      {"420_odd_size", EncodeJpegRaw(odd.data(), kOddW, kOddH, 3, JCS_RGB), kOddW, kOddH},
+      {"422", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, false, 2, 1), kW, kH},
+      {"444", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, false, 1, 1), kW, kH},
+      {"gray", EncodeJpegRaw(gray.data(), kW, kH, 1, JCS_GRAYSCALE), kW, kH},
+  };
+  const std::pair<int, int> sizes[] = {{224, 224}, {64, 48}, {300, 100}};
+  for (const Source& src : sources) {
+    SATURATE_ASSERT_OK_AND_ASSIGN(Bytes every_mcu, AddJpegRestartMarkers(src.jpeg));
+    for (int rows : {1, 2, 3, 8}) {
+      SCOPED_TRACE(std::string(src.name) + ", every " + std::to_string(rows) + " MCU rows");
+      SATURATE_ASSERT_OK_AND_ASSIGN(Bytes marked, AddJpegRestartMarkers(src.jpeg, rows));
+      DecodeScratch cut, whole, reference;
+      whole.set_cut_restart_index(false);
+      MtSource rng(rows);
+      int cuts = 0;
+      for (int i = 0; i < 24; ++i) {
+        const CropRect crop = Rrc(src.w, src.h, rng);
+        const auto [out_w, out_h] = sizes[i % 3];
+        const bool flip = i % 2 == 1;
+        std::vector<uint8_t> want(size_t(out_w) * out_h * 3), got(want.size()), all(want.size());
+        SATURATE_ASSERT_OK(
+            DecodeCropResize(every_mcu, crop, out_w, out_h, flip, want.data(), &reference));
+        SATURATE_ASSERT_OK(DecodeCropResize(marked, crop, out_w, out_h, flip, got.data(), &cut));
+        SATURATE_ASSERT_OK(DecodeCropResize(marked, crop, out_w, out_h, flip, all.data(), &whole));
+        ASSERT_EQ(got, want) << "crop " << crop.width << "x" << crop.height << "+" << crop.x << "+"
+                             << crop.y << " to " << out_w << "x" << out_h;
+        ASSERT_EQ(all, want);
+        EXPECT_EQ(cut.last_decoded_ycc_planes(), reference.last_decoded_ycc_planes());
+        EXPECT_FALSE(whole.last_used_restart_index());
+        cuts += cut.last_used_restart_index();
+      }
+      // Crops that start in the first segment's rows are not cut (most with
+      // 8-row segments of a 480-row image).
+      EXPECT_GE(cuts, rows == 1 ? 10 : 1);
+    }
+  }
+}
+
+// Without restart markers, or with an interval that is neither one MCU nor
+// whole MCU rows, nothing is cut: the file takes the RGB path of a plain
+// JPEG, and gives its bytes.
+TEST_F(DecodeCropResizeTest, OtherRestartIntervalsAreNotCut) {
+  SATURATE_ASSERT_OK_AND_ASSIGN(Bytes none, AddJpegRestartMarkers(jpeg_, 0));
+  const Bytes five_mcus = EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, false, 2, 2, 0, 5);
+  const Bytes plain = EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB);
+  // Each file with what it must decode like.
+  const std::pair<const Bytes*, const Bytes*> files[] = {{&none, &jpeg_}, {&five_mcus, &plain}};
+  MtSource rng(3);
+  DecodeScratch scratch;
+  for (int i = 0; i < 12; ++i) {
+    const CropRect crop = Rrc(kW, kH, rng);
+    std::vector<uint8_t> want(224 * 224 * 3), got(want.size());
+    for (const auto& [marked, original] : files) {
+      SATURATE_ASSERT_OK(DecodeCropResize(*original, crop, 224, 224, false, want.data(), &scratch));
+      SATURATE_ASSERT_OK(DecodeCropResize(*marked, crop, 224, 224, false, got.data(), &scratch));
+      EXPECT_FALSE(scratch.last_used_restart_index());
+      EXPECT_FALSE(scratch.last_decoded_ycc_planes());
+      ASSERT_EQ(got, want);
+    }
+  }
+  EXPECT_EQ(AddJpegRestartMarkers(jpeg_, -2).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ Bytes EncodePng(const uint8_t* px, int w, int h, png_uint_32 format) {
 }
 
 Bytes EncodeJpegRaw(const uint8_t* px, int w, int h, int components, J_COLOR_SPACE space,
-                    bool progressive, int h_samp, int v_samp, int max_scans) {
+                    bool progressive, int h_samp, int v_samp, int max_scans, int restart_mcus) {
   jpeg_compress_struct c{};
   jpeg_error_mgr err;
   c.err = jpeg_std_error(&err);
@@ -51,6 +51,7 @@ Bytes EncodeJpegRaw(const uint8_t* px, int w, int h, int components, J_COLOR_SPA
     c.comp_info[0].h_samp_factor = h_samp;
     c.comp_info[0].v_samp_factor = v_samp;
   }
+  c.restart_interval = static_cast<unsigned>(restart_mcus);
   if (progressive) jpeg_simple_progression(&c);
   if (progressive && max_scans > 0) c.num_scans = std::min(c.num_scans, max_scans);
   jpeg_start_compress(&c, TRUE);

@@ -28,8 +28,10 @@ using Bytes = std::vector<std::byte>;
 // the luma sampling factors are h_samp x v_samp (2x2: 4:2:0, 2x1: 4:2:2,
 // 1x1: 4:4:4). A progressive file keeps only its first `max_scans` scans
 // when that is > 0 (a legal file whose coefficients are partly missing).
+// restart_mcus > 0 puts a restart marker after every that many MCUs.
 Bytes EncodeJpegRaw(const uint8_t* px, int w, int h, int components, J_COLOR_SPACE space,
-                    bool progressive = false, int h_samp = 2, int v_samp = 2, int max_scans = 0);
+                    bool progressive = false, int h_samp = 2, int v_samp = 2, int max_scans = 0,
+                    int restart_mcus = 0);
 // libpng's simplified API; `format` e.g. PNG_FORMAT_RGB or PNG_FORMAT_GRAY.
 Bytes EncodePng(const uint8_t* px, int w, int h, png_uint_32 format);
 // Peak signal-to-noise ratio of two equal-size 8-bit buffers (dB; 99 when equal).

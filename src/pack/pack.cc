@@ -143,7 +143,7 @@ Result<std::vector<std::byte>> StoredBytes(std::span<const std::byte> raw,
   }
   if (!options.keep_jpeg_bytes && image::SniffFormat(raw) == image::ImageFormat::kJpeg) {
     // Decodes all entropy-coded data strictly, so it validates too.
-    auto marked = image::AddJpegRestartMarkers(raw);
+    auto marked = image::AddJpegRestartMarkers(raw, options.restart_rows);
     if (marked.status().code() != StatusCode::kUnimplemented) return marked;
   }
   if (!reencoded.empty()) return reencoded;

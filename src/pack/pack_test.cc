@@ -98,6 +98,34 @@ TEST_F(PackTest, KeepJpegBytesStoresFilesAsGiven) {
   }
 }
 
+// restart_rows picks where the rewrite puts restart markers; every choice
+// keeps the pixels. The default is a marker after every MCU, as datasets
+// packed before the option existed were stored.
+TEST_F(PackTest, RestartRowsChooseTheMarkers) {
+  EXPECT_EQ(PackOptions{}.restart_rows, image::kRestartEveryMcu);
+  std::string root = MakeFolder(2);
+  for (int rows : {image::kRestartEveryMcu, 0, 1, 4}) {
+    SCOPED_TRACE(rows);
+    PackOptions options;
+    options.restart_rows = rows;
+    options.force = true;
+    SATURATE_ASSERT_OK(PackImageFolder(root, Out(), options).status());
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto ds, format::Dataset::Open(Out()));
+    for (uint64_t i = 0; i < 4; ++i) {
+      SATURATE_ASSERT_OK_AND_ASSIGN(auto rec, ds->Get(i));
+      std::string file = root + (i < 2 ? "/a_dog/" : "/b_cat/") + std::to_string(i % 2) + ".jpg";
+      const std::string given = ReadAll(file);
+      const auto given_bytes = std::as_bytes(std::span(given));
+      SATURATE_ASSERT_OK_AND_ASSIGN(auto marked, image::AddJpegRestartMarkers(given_bytes, rows));
+      auto img = rec.field(0);
+      EXPECT_TRUE(std::equal(img.begin(), img.end(), marked.begin(), marked.end()));
+      SATURATE_ASSERT_OK_AND_ASSIGN(auto want, image::DecodeRgb(given_bytes));
+      SATURATE_ASSERT_OK_AND_ASSIGN(auto got, image::DecodeRgb(img));
+      EXPECT_EQ(got, want);
+    }
+  }
+}
+
 TEST_F(PackTest, OutputDoesNotDependOnThreadCount) {
   std::string root = MakeFolder(20);
   PackOptions one;

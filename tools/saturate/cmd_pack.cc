@@ -16,6 +16,7 @@ struct PackFlags {
   int reencode_max_side = 0;
   int reencode_quality = 90;
   bool keep_jpeg_bytes = false;
+  int restart_rows = -1;
   bool json = false;
   bool quiet = false;
 };
@@ -42,6 +43,12 @@ void AddCommonFlags(CLI::App* cmd, PackFlags* f) {
                 "Store JPEGs byte for byte (default: losslessly rewritten with a restart marker "
                 "per MCU, 4-8% larger, so that the loader decodes only the MCUs around each "
                 "crop)");
+  cmd->add_option("--restart-rows", f->restart_rows,
+                  "JPEG restart markers when rewriting: mcu (after every MCU), N (after every N "
+                  "MCU rows) or 0 (none)")
+      ->transform(CLI::Transformer({{"mcu", "-1"}}))
+      ->check(CLI::Range(-1, 65535))
+      ->option_text("mcu|N=mcu");
   cmd->add_flag("--json", f->json, "Print the summary as JSON");
   cmd->add_flag("-q,--quiet", f->quiet, "No progress bar");
 }
@@ -84,6 +91,7 @@ int RunPack(const std::string& out, const PackFlags& flags, PackFn pack_fn) {
   options.reencode_max_side = flags.reencode_max_side;
   options.reencode_quality = flags.reencode_quality;
   options.keep_jpeg_bytes = flags.keep_jpeg_bytes;
+  options.restart_rows = flags.restart_rows;
   ProgressBar bar("pack", "rec");
   if (!flags.quiet) {
     options.progress = [&](const pack::PackProgress& p) {

@@ -36,10 +36,17 @@ struct PackOptions {
   bool skip_bad = false;      // skip unreadable/corrupt images (counted) instead of failing
   int reencode_max_side = 0;  // > 0: re-encode images as JPEG, longer side at most this
   int reencode_quality = 90;  // JPEG quality when re-encoding
-  // JPEGs are stored losslessly rewritten with a restart marker per MCU
-  // (image::AddJpegRestartMarkers): the same pixels, and the loader then
-  // Huffman-decodes only the MCUs around each crop. true keeps their bytes.
+  // JPEGs are stored losslessly rewritten with optimized Huffman tables and
+  // restart markers (image::AddJpegRestartMarkers): the same pixels, and the
+  // loader then Huffman-decodes only the MCUs around each crop. true keeps
+  // their bytes.
   bool keep_jpeg_bytes = false;
+  // Where the rewrite puts restart markers: -1 after every MCU (the loader
+  // cuts rows and columns), N > 0 after every N MCU rows (it cuts rows, N at
+  // a time), 0 none (no cut). The loader reads every choice, and datasets
+  // packed by earlier versions (every MCU); docs/benchmarks.md, "Restart
+  // interval (issue 26)", has the measurements behind the default.
+  int restart_rows = -1;
   std::function<void(const PackProgress&)> progress;
 };
 

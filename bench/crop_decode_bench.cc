@@ -1,0 +1,175 @@
+// crop_decode_bench: the loader's per-image work without the loader. Each
+// JPEG/PNG file is read into memory, stored as `saturate pack` would store
+// it (--restart), then decoded with DecodeCropResize (image/transform.h)
+// to a 224x224 RGB crop on one thread: RandomResizedCrop (scale 0.08-1,
+// ratio 3/4-4/3) and a coin-flip mirror, or Resize(256) + CenterCrop(224).
+// The crops are drawn from a fixed seed, so two builds (or two restart
+// intervals) do the same work, and the output digest says whether they
+// gave the same bytes. No threads, no queue, no I/O in the timing: it
+// isolates the decode path from the machine's other load better than
+// `saturate bench feed`, which remains the end-to-end measure.
+//
+// usage: crop_decode_bench [--crop random|center] [--restart mcu|keep|N]
+//                          [--passes P] [--size S] DIR_OR_FILE...
+//   --restart mcu (default): AddJpegRestartMarkers, a marker after every
+//   MCU (saturate pack's default); keep: the bytes as given; N >= 0: a
+//   marker after every N MCU rows, 0 for none (optimized tables only).
+//   Each pass decodes every file once, after one untimed warm-up pass.
+// Prints one JSON object: {"images": ..., "passes": P, "cpu_us_per_image":
+// best pass, "cpu_us_per_image_median": ..., "bytes": ..., "digest": ...}.
+#include <time.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "image/codec.h"
+#include "image/transform.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using saturate::image::CropRect;
+
+double ThreadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
+
+bool IsImage(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+
+std::vector<std::byte> ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(chars.size());
+  std::memcpy(out.data(), chars.data(), chars.size());
+  return out;
+}
+
+class Rng : public saturate::image::UniformSource {
+ public:
+  explicit Rng(uint64_t seed) : gen_(seed) {}
+  double Uniform() override { return double(gen_() >> 11) * 0x1.0p-53; }
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+// The loader's crop planning: decided once the header gives the size.
+class Planner : public saturate::image::CropPlanner {
+ public:
+  Planner(bool random, int size, uint64_t seed) : random_(random), size_(size), rng_(seed) {}
+  CropRect Plan(int width, int height, bool* hflip) override {
+    if (!random_) {
+      *hflip = false;
+      return saturate::image::ResizeThenCenterCropRect(width, height, size_ * 8 / 7, size_, size_);
+    }
+    const CropRect r =
+        saturate::image::RandomResizedCropParams(width, height, 0.08, 1.0, 3.0 / 4, 4.0 / 3, rng_);
+    *hflip = rng_.Uniform() < 0.5;
+    return r;
+  }
+
+ private:
+  bool random_;
+  int size_;
+  Rng rng_;
+};
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: crop_decode_bench [--crop random|center] [--restart mcu|keep|N] "
+               "[--passes P] [--size S] DIR_OR_FILE...\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool random = true;
+  std::string restart = "mcu";
+  int passes = 3, size = 224;
+  std::vector<fs::path> paths;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--crop" && i + 1 < argc) {
+      random = std::string(argv[++i]) == "random";
+    } else if (a == "--restart" && i + 1 < argc) {
+      restart = argv[++i];
+    } else if (a == "--passes" && i + 1 < argc) {
+      passes = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--size" && i + 1 < argc) {
+      size = std::max(1, std::atoi(argv[++i]));
+    } else if (!a.empty() && a[0] == '-') {
+      return Usage();
+    } else if (fs::is_directory(a)) {
+      for (const auto& e : fs::recursive_directory_iterator(a)) {
+        if (e.is_regular_file() && IsImage(e.path())) paths.push_back(e.path());
+      }
+    } else {
+      paths.push_back(a);
+    }
+  }
+  if (paths.empty()) return Usage();
+  std::sort(paths.begin(), paths.end());
+
+  std::vector<std::vector<std::byte>> files;
+  size_t bytes = 0;
+  for (const fs::path& p : paths) {
+    std::vector<std::byte> raw = ReadFile(p);
+    if (restart != "keep" &&
+        saturate::image::SniffFormat(raw) == saturate::image::ImageFormat::kJpeg) {
+      auto marked = restart == "mcu"
+                        ? saturate::image::AddJpegRestartMarkers(raw)
+                        : saturate::image::AddJpegRestartMarkers(raw, std::atoi(restart.c_str()));
+      if (marked.ok()) raw = std::move(marked).value();
+    }
+    bytes += raw.size();
+    files.push_back(std::move(raw));
+  }
+
+  saturate::image::DecodeScratch scratch;
+  std::vector<uint8_t> out(size_t(size) * size * 3);
+  uint64_t digest = 0xcbf29ce484222325ull;
+  std::vector<double> per_image;
+  for (int pass = -1; pass < passes; ++pass) {
+    Planner planner(random, size, 1234);  // The same crops every pass.
+    const double t0 = ThreadCpuSeconds();
+    for (const auto& f : files) {
+      const saturate::Status s =
+          saturate::image::DecodeCropResize(f, planner, size, size, out.data(), &scratch);
+      if (!s.ok()) {
+        std::fprintf(stderr, "crop_decode_bench: %s\n", s.ToString().c_str());
+        return 1;
+      }
+      if (pass == 0) {
+        for (uint8_t b : out) digest = (digest ^ b) * 0x100000001b3ull;
+      }
+    }
+    if (pass >= 0) per_image.push_back((ThreadCpuSeconds() - t0) * 1e6 / double(files.size()));
+  }
+  std::vector<double> sorted = per_image;
+  std::sort(sorted.begin(), sorted.end());
+  std::printf(
+      "{\"images\": %zu, \"passes\": %d, \"crop\": \"%s\", \"restart\": \"%s\", "
+      "\"cpu_us_per_image\": %.1f, \"cpu_us_per_image_median\": %.1f, \"bytes\": %zu, "
+      "\"digest\": \"%016llx\"}\n",
+      files.size(), passes, random ? "random" : "center", restart.c_str(), sorted.front(),
+      sorted[sorted.size() / 2], bytes, static_cast<unsigned long long>(digest));
+  return 0;
+}
