@@ -1,10 +1,14 @@
 #include "checkpoint/buffer_pool.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 namespace saturate::checkpoint {
 namespace {
@@ -51,15 +55,35 @@ Result<HostBuffer> BufferPool::Acquire(size_t bytes) {
     free_.erase(best);
     return b;
   }
-  // Nothing fits: a too-small free buffer would only be outgrown again.
-  if (free_.size() >= max_free_) {
-    Free(free_.front());
-    free_.erase(free_.begin());
-  }
-  size_t capacity = std::max<size_t>((bytes + kGranule - 1) / kGranule * kGranule, kGranule);
+  // Nothing fits: the free buffers would only be outgrown again, and freeing
+  // them before allocating keeps old and new from being held at once.
+  DropSmallerThan(bytes);
+  return Allocate(bytes);
+}
+
+Result<HostBuffer> BufferPool::Allocate(size_t bytes) {
+  size_t capacity = CapacityFor(bytes);
   SATURATE_ASSIGN_OR_RETURN(void* p, allocator_->Allocate(capacity));
   held_bytes_ += capacity;
+  ++allocations_;
   return HostBuffer{static_cast<std::byte*>(p), capacity};
+}
+
+void BufferPool::DropSmallerThan(size_t bytes) {
+  auto small = [&](const HostBuffer& b) { return b.capacity < bytes; };
+  for (const HostBuffer& b : free_) {
+    if (small(b)) Free(b);
+  }
+  std::erase_if(free_, small);
+}
+
+size_t BufferPool::FreeFitting(size_t bytes) const {
+  return static_cast<size_t>(
+      std::count_if(free_.begin(), free_.end(), [&](auto& b) { return b.capacity >= bytes; }));
+}
+
+size_t BufferPool::CapacityFor(size_t bytes) {
+  return std::max<size_t>((bytes + kGranule - 1) / kGranule * kGranule, kGranule);
 }
 
 void BufferPool::Release(HostBuffer buffer) {
@@ -75,6 +99,41 @@ void BufferPool::Release(HostBuffer buffer) {
 void BufferPool::Free(HostBuffer buffer) {
   allocator_->Free(buffer.data, buffer.capacity);
   held_bytes_ -= buffer.capacity;
+}
+
+namespace {
+
+// MADV_POPULATE_WRITE (Linux 5.14) faults the range in writable without
+// touching it from user space; EINVAL (older kernel, or memory the allocator
+// mapped specially) falls back to writing one byte per page. The buffer is
+// new, its contents undefined until a snapshot copy, so writing zero is fine.
+void PrefaultRange(std::byte* data, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  if (::madvise(data, bytes, MADV_POPULATE_WRITE) == 0) return;
+#endif
+  if (bytes == 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  *static_cast<volatile std::byte*>(data) = std::byte{0};  // may start inside a page
+  for (uintptr_t at = (begin / page + 1) * page; at < begin + bytes; at += page) {
+    *reinterpret_cast<volatile std::byte*>(at) = std::byte{0};
+  }
+}
+
+}  // namespace
+
+void Prefault(const HostBuffer& buffer, int threads) {
+  if (buffer.data == nullptr || buffer.capacity == 0) return;
+  // Whole granules per thread: a huge page is faulted by one thread only.
+  const size_t granules = (buffer.capacity + kGranule - 1) / kGranule;
+  const size_t n = std::clamp<size_t>(static_cast<size_t>(std::max(threads, 1)), 1, granules);
+  const size_t per = (granules + n - 1) / n * kGranule;
+  std::vector<std::thread> helpers;
+  for (size_t at = per; at < buffer.capacity; at += per) {
+    helpers.emplace_back(PrefaultRange, buffer.data + at, std::min(per, buffer.capacity - at));
+  }
+  PrefaultRange(buffer.data, std::min(per, buffer.capacity));
+  for (std::thread& t : helpers) t.join();
 }
 
 }  // namespace saturate::checkpoint

@@ -327,10 +327,14 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const std::string& dir,
       fs::remove_all(entry.path(), ec);
     }
   }
+  std::vector<uint64_t> prepare = std::move(options.prepare_tensor_bytes);
+  options.prepare_tensor_bytes.clear();
   auto impl = std::make_unique<Impl>(dir, std::move(options));
   Impl* raw = impl.get();
   impl->writer = std::thread([raw] { raw->WriterLoop(); });
-  return std::unique_ptr<Checkpointer>(new Checkpointer(std::move(impl)));
+  auto ckpt = std::unique_ptr<Checkpointer>(new Checkpointer(std::move(impl)));
+  if (!prepare.empty()) SATURATE_RETURN_IF_ERROR(ckpt->Prepare(prepare));
+  return ckpt;
 }
 
 Checkpointer::Checkpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -338,6 +342,46 @@ Checkpointer::Checkpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 Checkpointer::~Checkpointer() { (void)Close(); }
 
 const std::string& Checkpointer::dir() const { return impl_->dir; }
+
+Status Checkpointer::Prepare(std::span<const uint64_t> tensor_bytes) {
+  Impl& s = *impl_;
+  const int64_t start_ns = trace::NowNs();
+  std::vector<TensorRef> refs(tensor_bytes.size());
+  for (size_t i = 0; i < refs.size(); ++i) refs[i].bytes = tensor_bytes[i];
+  uint64_t total = 0;
+  (void)LayoutTensors(refs, &total);
+  // Allocated under the lock (the allocator is only ever called under it),
+  // faulted in outside it: the writer may release a buffer meanwhile.
+  std::vector<HostBuffer> fresh;
+  {
+    std::lock_guard lock(s.mu);
+    if (s.closed) return Status::InvalidArgument("checkpointer for " + s.dir + " is closed");
+    s.pool.DropSmallerThan(total);
+    const int have = s.slots_used + static_cast<int>(s.pool.FreeFitting(total));
+    for (int i = have; i < s.options.max_in_flight; ++i) {
+      auto host = s.pool.Allocate(total);
+      if (!host.ok()) {
+        for (const HostBuffer& b : fresh) s.pool.Release(b);
+        s.stats.pool_bytes = s.pool.held_bytes();
+        s.stats.pool_allocations = s.pool.allocations();
+        return host.status().WithContext("checkpoint prepare");
+      }
+      fresh.push_back(*host);
+    }
+    s.stats.pool_bytes = s.pool.held_bytes();
+    s.stats.pool_allocations = s.pool.allocations();
+  }
+  for (const HostBuffer& b : fresh) Prefault(b, s.options.copy_threads);
+  {
+    std::lock_guard lock(s.mu);
+    for (const HostBuffer& b : fresh) s.pool.Release(b);
+    s.stats.pool_bytes = s.pool.held_bytes();
+  }
+  trace::RecordSpan(
+      "checkpoint_prepare", start_ns, trace::NowNs(), trace::Category::kCheckpoint,
+      {{"bytes", static_cast<int64_t>(total)}, {"buffers", static_cast<int64_t>(fresh.size())}});
+  return Status::OK();
+}
 
 Result<std::unique_ptr<PendingSave>> Checkpointer::Begin(uint64_t step,
                                                          std::span<const TensorRef> tensors) {
@@ -369,6 +413,7 @@ Result<std::unique_ptr<PendingSave>> Checkpointer::Begin(uint64_t step,
     pending->buffer_->host = *host;
     pending->buffer_->data_bytes = total;
     s.stats.pool_bytes = s.pool.held_bytes();
+    s.stats.pool_allocations = s.pool.allocations();
   }
   CopyTensors(tensors, pending->offsets_, pending->buffer_->host.data, s.options.copy_threads);
   pending->tensors_.assign(tensors.begin(), tensors.end());

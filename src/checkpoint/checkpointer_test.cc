@@ -1,7 +1,9 @@
 #include "saturate/checkpoint/checkpointer.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -13,6 +15,7 @@
 
 #include "base/file.h"
 #include "base/testing.h"
+#include "checkpoint/buffer_pool.h"
 #include "checkpoint/format.h"
 
 namespace saturate::checkpoint {
@@ -383,6 +386,209 @@ TEST(CheckpointerTest, ParallelSnapshotCopyIsExact) {
   SATURATE_ASSERT_OK(ckpt->Wait());
   SATURATE_ASSERT_OK_AND_ASSIGN(LoadResult r, LoadNewest(dir.path()));
   for (const Tensor& t : tensors) EXPECT_EQ(ReadTensor(r.path, r.manifest, t.name), t.values);
+}
+
+// ---- Prepare ----------------------------------------------------------------------
+
+// Counts what the pool asks of the allocator, and the most it held at once.
+class CountingAllocator final : public HostAllocator {
+ public:
+  Result<void*> Allocate(size_t bytes) override {
+    if (fail) return Status::IOError("no memory for the test");
+    ++allocations;
+    live += bytes;
+    peak = std::max(peak.load(), live.load());
+    return PageAllocator()->Allocate(bytes);
+  }
+  void Free(void* ptr, size_t bytes) override {
+    live -= bytes;
+    PageAllocator()->Free(ptr, bytes);
+  }
+  std::atomic<uint64_t> allocations{0}, live{0}, peak{0};
+  std::atomic<bool> fail{false};
+};
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// Pages of [data, data + bytes) not in memory (mincore).
+size_t PagesNotResident(const void* data, size_t bytes) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident((bytes + page - 1) / page);
+  EXPECT_EQ(::mincore(const_cast<void*>(data), bytes, resident.data()), 0);
+  return static_cast<size_t>(std::count_if(resident.begin(), resident.end(),
+                                           [](unsigned char r) { return (r & 1) == 0; }));
+}
+
+// The pool buffer a Save() of `tensors` would copy into, looked at without
+// copying anything (data cleared: Begin() then only zeroes the padding).
+size_t PoolPagesNotResident(Checkpointer& c, const std::vector<Tensor>& tensors) {
+  std::vector<TensorRef> refs;
+  for (const Tensor& t : tensors) {
+    refs.push_back(t.ref());
+    refs.back().data = nullptr;
+  }
+  auto pending = c.Begin(1, refs);
+  EXPECT_TRUE(pending.ok());
+  if (!pending.ok()) return SIZE_MAX;
+  return PagesNotResident((*pending)->buffer(), (*pending)->buffer_bytes());
+}
+
+std::vector<uint64_t> Sizes(const std::vector<Tensor>& tensors) {
+  std::vector<uint64_t> out;
+  for (const Tensor& t : tensors) out.push_back(t.values.size() * sizeof(float));
+  return out;
+}
+
+TEST(CheckpointerPrepareTest, AllocatesAndFaultsInThePoolBeforeAnySave) {
+  testing::TempDir dir;
+  auto counting = std::make_shared<CountingAllocator>();
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto ckpt, Checkpointer::Open(dir.path(), {.allocator = counting}));
+  // 5 MiB + 1 MiB + 4 bytes round up to one 8 MiB buffer.
+  std::vector<Tensor> tensors = {Filled("w", 5 * kMiB / 4, 1), Filled("b", kMiB / 4 + 1, 2)};
+  EXPECT_EQ(ckpt->stats().pool_bytes, 0u);
+  SATURATE_ASSERT_OK(ckpt->Prepare(Sizes(tensors)));
+  CheckpointStats s = ckpt->stats();
+  EXPECT_EQ(s.pool_bytes, 8 * kMiB);
+  EXPECT_EQ(s.pool_allocations, 1u);
+  EXPECT_EQ(counting->allocations, 1u);
+  EXPECT_EQ(s.saves, 0u);
+  EXPECT_EQ(PoolPagesNotResident(*ckpt, tensors), 0u);
+  EXPECT_EQ(counting->allocations, 1u);
+}
+
+TEST(CheckpointerPrepareTest, WithoutPrepareTheFirstSaveFaultsThePoolIn) {
+  // The control for the test above: a fresh buffer is not in memory.
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto ckpt, Checkpointer::Open(dir.path()));
+  std::vector<Tensor> tensors = {Filled("w", 3 * kMiB / 4, 1), Filled("b", kMiB / 4, 2)};
+  EXPECT_GT(PoolPagesNotResident(*ckpt, tensors), 1000u);
+  EXPECT_EQ(ckpt->stats().pool_allocations, 1u);
+}
+
+TEST(CheckpointerPrepareTest, SavesOfThePreparedSizesAllocateNothing) {
+  testing::TempDir dir;
+  auto counting = std::make_shared<CountingAllocator>();
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto ckpt, Checkpointer::Open(dir.path(), {.allocator = counting}));
+  std::vector<Tensor> tensors = {Filled("w", 3 * kMiB / 4, 1), Filled("b", 1000, 2),
+                                 Filled("empty", 0, 0)};
+  SATURATE_ASSERT_OK(ckpt->Prepare(Sizes(tensors)));
+  for (uint64_t step = 1; step <= 3; ++step) {
+    tensors[1].values.assign(1000, float(step));
+    SATURATE_ASSERT_OK(SaveTensors(*ckpt, step, tensors).status());
+    SATURATE_ASSERT_OK(ckpt->Wait());
+  }
+  EXPECT_EQ(counting->allocations, 1u);
+  EXPECT_EQ(ckpt->stats().pool_allocations, 1u);
+  EXPECT_EQ(ckpt->stats().pool_bytes, 4 * kMiB);
+  SATURATE_ASSERT_OK_AND_ASSIGN(LoadResult r, LoadNewest(dir.path()));
+  EXPECT_EQ(r.manifest.step, 3u);
+  EXPECT_EQ(ReadTensor(r.path, r.manifest, "w"), tensors[0].values);
+  EXPECT_EQ(ReadTensor(r.path, r.manifest, "b"), tensors[1].values);
+}
+
+TEST(CheckpointerPrepareTest, PreparesOneBufferPerSnapshotSlot) {
+  testing::TempDir dir;
+  auto counting = std::make_shared<CountingAllocator>();
+  SATURATE_ASSERT_OK_AND_ASSIGN(
+      auto ckpt, Checkpointer::Open(dir.path(), {.max_in_flight = 2, .allocator = counting}));
+  std::vector<Tensor> tensors = {Filled("w", 3 * kMiB / 4, 1)};
+  SATURATE_ASSERT_OK(ckpt->Prepare(Sizes(tensors)));
+  EXPECT_EQ(ckpt->stats().pool_bytes, 8 * kMiB);
+  EXPECT_EQ(counting->allocations, 2u);
+  // Two snapshots at once, both in prepared memory.
+  std::vector<TensorRef> refs = {tensors[0].ref()};
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto first, ckpt->Begin(1, refs));
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto second, ckpt->Begin(2, refs));
+  EXPECT_NE(first->buffer(), second->buffer());
+  EXPECT_EQ(PagesNotResident(second->buffer(), second->buffer_bytes()), 0u);
+  SATURATE_ASSERT_OK(ckpt->Commit(std::move(first), ""));
+  SATURATE_ASSERT_OK(ckpt->Commit(std::move(second), ""));
+  SATURATE_ASSERT_OK(ckpt->Wait());
+  // Preparing again finds both buffers in the pool.
+  SATURATE_ASSERT_OK(ckpt->Prepare(Sizes(tensors)));
+  EXPECT_EQ(counting->allocations, 2u);
+  EXPECT_EQ(ckpt->stats().pool_bytes, 8 * kMiB);
+}
+
+TEST(CheckpointerPrepareTest, SmallerSavesReuseThePreparedBuffer) {
+  testing::TempDir dir;
+  auto counting = std::make_shared<CountingAllocator>();
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto ckpt, Checkpointer::Open(dir.path(), {.allocator = counting}));
+  SATURATE_ASSERT_OK(ckpt->Prepare(std::vector<uint64_t>{8 * kMiB}));
+  std::vector<Tensor> small = {Filled("w", kMiB / 4, 3)};
+  SATURATE_ASSERT_OK(SaveTensors(*ckpt, 1, small).status());
+  SATURATE_ASSERT_OK(ckpt->Wait());
+  EXPECT_EQ(counting->allocations, 1u);
+  EXPECT_EQ(ckpt->stats().pool_bytes, 8 * kMiB);
+  // Preparing smaller sizes keeps the buffer that fits them.
+  SATURATE_ASSERT_OK(ckpt->Prepare(Sizes(small)));
+  EXPECT_EQ(counting->allocations, 1u);
+  EXPECT_EQ(ckpt->stats().pool_bytes, 8 * kMiB);
+}
+
+TEST(CheckpointerPrepareTest, LargerSavesReplaceThePreparedBufferWithoutHoldingBoth) {
+  testing::TempDir dir;
+  auto counting = std::make_shared<CountingAllocator>();
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto ckpt, Checkpointer::Open(dir.path(), {.allocator = counting}));
+  SATURATE_ASSERT_OK(ckpt->Prepare(std::vector<uint64_t>{kMiB}));
+  EXPECT_EQ(ckpt->stats().pool_bytes, 2 * kMiB);
+  std::vector<Tensor> big = {Filled("w", 5 * kMiB / 4, 4)};
+  SATURATE_ASSERT_OK(SaveTensors(*ckpt, 1, big).status());
+  SATURATE_ASSERT_OK(ckpt->Wait());
+  EXPECT_EQ(counting->allocations, 2u);
+  EXPECT_EQ(ckpt->stats().pool_bytes, 6 * kMiB);
+  EXPECT_EQ(counting->peak, 6 * kMiB);  // the 2 MiB buffer was freed before the 6 MiB one came
+  // Preparing larger still: the same, ahead of the save.
+  SATURATE_ASSERT_OK(ckpt->Prepare(std::vector<uint64_t>{9 * kMiB}));
+  EXPECT_EQ(counting->allocations, 3u);
+  EXPECT_EQ(ckpt->stats().pool_bytes, 10 * kMiB);
+  EXPECT_EQ(counting->peak, 10 * kMiB);
+  SATURATE_ASSERT_OK_AND_ASSIGN(LoadResult r, LoadNewest(dir.path()));
+  EXPECT_EQ(ReadTensor(r.path, r.manifest, "w"), big[0].values);
+}
+
+TEST(CheckpointerPrepareTest, OpenPreparesTheGivenSizes) {
+  testing::TempDir dir;
+  auto counting = std::make_shared<CountingAllocator>();
+  SATURATE_ASSERT_OK_AND_ASSIGN(
+      auto ckpt, Checkpointer::Open(
+                     dir.path(), {.allocator = counting, .prepare_tensor_bytes = {3 * kMiB, 100}}));
+  EXPECT_EQ(ckpt->stats().pool_bytes, 4 * kMiB);
+  EXPECT_EQ(counting->allocations, 1u);
+  std::vector<Tensor> tensors = {Filled("w", 3 * kMiB / 4, 1), Filled("b", 25, 2)};
+  EXPECT_EQ(PoolPagesNotResident(*ckpt, tensors), 0u);
+  SATURATE_ASSERT_OK(SaveTensors(*ckpt, 1, tensors).status());
+  SATURATE_ASSERT_OK(ckpt->Close());
+  EXPECT_EQ(counting->allocations, 1u);
+}
+
+TEST(CheckpointerPrepareTest, FailuresAreReported) {
+  testing::TempDir dir;
+  auto counting = std::make_shared<CountingAllocator>();
+  counting->fail = true;
+  auto opened =
+      Checkpointer::Open(dir.path(), {.allocator = counting, .prepare_tensor_bytes = {kMiB}});
+  EXPECT_TRUE(testing::HasError(opened.status(), StatusCode::kIOError, {"prepare", "no memory"}));
+  counting->fail = false;
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto ckpt, Checkpointer::Open(dir.path(), {.allocator = counting}));
+  SATURATE_ASSERT_OK(ckpt->Close());
+  EXPECT_TRUE(testing::HasError(ckpt->Prepare(std::vector<uint64_t>{kMiB}),
+                                StatusCode::kInvalidArgument, {"closed"}));
+  EXPECT_EQ(counting->live, 0u);
+}
+
+TEST(BufferPoolTest, PrefaultMapsEveryPageOfAnUnalignedSpan) {
+  // Memory the allocator hook returns need not be page-aligned: the fallback
+  // touches it page by page.
+  auto* raw = static_cast<std::byte*>(
+      ::mmap(nullptr, 8 * kMiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(raw, MAP_FAILED);
+  HostBuffer b{raw + 100, 4 * kMiB};
+  Prefault(b, 3);
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(PagesNotResident(raw, 4 * kMiB + page), 0u);
+  EXPECT_GT(PagesNotResident(raw + 5 * kMiB, 2 * kMiB), 0u);
+  ::munmap(raw, 8 * kMiB);
 }
 
 TEST(YoungIntervalTest, IsTheSquareRootOfTwiceCostTimesMtbf) {

@@ -13,6 +13,12 @@
 //   ...
 //   SATURATE_RETURN_IF_ERROR(ckpt->Close());
 //
+// The first Save() also allocates the pool (and page-faults it in during the
+// copy): several times a later save's cost. Prepare(), or
+// `CheckpointOptions::prepare_tensor_bytes` at Open(), pays that ahead:
+//
+//   SATURATE_RETURN_IF_ERROR(ckpt->Prepare(tensor_bytes));  // before the loop
+//
 // Back-pressure: at most `max_in_flight` snapshots exist at once (default 1).
 // A Save() beyond that waits for a write to finish, or with OnBusy::kSkip
 // returns at once without saving and counts the skip.
@@ -59,6 +65,8 @@ struct TensorRef {
 // Where snapshot buffers come from. The default is page-aligned anonymous
 // memory (transparent huge pages when allowed); a CUDA build or the Python
 // layer can plug in pinned memory so device->host copies run at full speed.
+// Calls come from the training thread and the writer thread, never at once
+// (the Checkpointer serializes them).
 class HostAllocator {
  public:
   virtual ~HostAllocator() = default;
@@ -78,6 +86,8 @@ struct CheckpointOptions {
   OnBusy on_busy = OnBusy::kWait;
   int copy_threads = 0;  // threads for the snapshot copy; 0 = up to 4 by core count
   std::shared_ptr<HostAllocator> allocator;  // null = PageAllocator()
+  // When not empty, Open() calls Prepare() with these sizes (and fails if it does).
+  std::vector<uint64_t> prepare_tensor_bytes;
 };
 
 struct CheckpointStats {
@@ -92,6 +102,7 @@ struct CheckpointStats {
   uint64_t bytes_written = 0;     // over all commits
   double write_bytes_per_s = 0;   // of the last commit
   uint64_t pool_bytes = 0;        // host memory held by the snapshot pool
+  uint64_t pool_allocations = 0;  // buffers the pool allocated since Open(), by Prepare() too
   uint64_t last_committed_step = 0;
   bool has_committed = false;
 };
@@ -144,6 +155,25 @@ class Checkpointer {
   // structure) as checkpoint `step` and queues the write. Returns false when
   // skipped (OnBusy::kSkip and no free slot), true when queued.
   Result<bool> Save(uint64_t step, std::span<const TensorRef> tensors, std::string_view metadata);
+
+  // Allocates and page-faults the snapshot pool for saves of tensors of these
+  // sizes (TensorRef::bytes, in Save() order), so that the first Save() of
+  // them blocks no longer than later ones: afterwards the pool holds
+  // `max_in_flight` buffers that fit, counting ones it already had and the
+  // ones of saves in flight. Free buffers too small for them are freed first
+  // (the pool never holds an old and a new generation at once); a later
+  // Save() of smaller tensors reuses a prepared buffer, one of larger tensors
+  // replaces it, as an unprepared Save() would. Memory: one buffer of the
+  // snapshot's size (rounded up to 2 MiB) per slot, what the pool holds once
+  // `max_in_flight` saves have overlapped; pages are faulted in
+  // (MADV_POPULATE_WRITE), never copied or held twice.
+  //
+  // Runs on the calling thread and returns when the pages are in: the
+  // guarantee then holds for the very next Save(), whatever the writer thread
+  // is doing, and the cost lands where the caller chose (before the loop;
+  // its `checkpoint_prepare` span shows it). The writer thread could hide it
+  // only by racing the first Save(). Fails like Save() when closed.
+  Status Prepare(std::span<const uint64_t> tensor_bytes);
 
   // The two halves of Save() for tensors the engine cannot copy (device
   // memory): Begin() takes a slot and copies the tensors whose `data` is set;
