@@ -399,6 +399,9 @@ class PyCheckpointer {
     std::string meta(metadata.c_str(), metadata.size());
     return ValueOrThrow(WithoutGil([&] { return ckpt_->Save(step, refs, meta); }));
   }
+  void Prepare(const std::vector<uint64_t>& tensor_bytes) {
+    ThrowIfError(WithoutGil([&] { return ckpt_->Prepare(tensor_bytes); }));
+  }
   std::optional<PyPendingSave> Begin(uint64_t step, const std::vector<TensorTuple>& tensors) {
     std::vector<checkpoint::TensorRef> refs = ToRefs(tensors);
     auto pending = ValueOrThrow(WithoutGil([&] { return ckpt_->Begin(step, refs); }));
@@ -432,6 +435,7 @@ class PyCheckpointer {
     d["bytes_written"] = s.bytes_written;
     d["write_bytes_per_s"] = s.write_bytes_per_s;
     d["pool_bytes"] = s.pool_bytes;
+    d["pool_allocations"] = s.pool_allocations;
     d["last_committed_step"] = s.has_committed ? nb::cast(s.last_committed_step) : nb::none();
     return d;
   }
@@ -645,6 +649,7 @@ NB_MODULE(_core, m) {
           },
           "dir"_a, "keep"_a, "max_in_flight"_a, "on_busy"_a, "copy_threads"_a)
       .def("save", &PyCheckpointer::Save, "step"_a, "tensors"_a, "metadata"_a)
+      .def("prepare", &PyCheckpointer::Prepare, "tensor_bytes"_a)
       .def("begin", &PyCheckpointer::Begin, "step"_a, "tensors"_a, nb::keep_alive<0, 1>())
       .def("commit", &PyCheckpointer::Commit, "pending"_a, "metadata"_a)
       .def("wait", &PyCheckpointer::Wait)

@@ -15,6 +15,10 @@ Swapping ``torch.save`` / ``torch.load``::
                        "rng": torch.get_rng_state()}, step)   # returns after the snapshot
     ckpt.close()                                              # the last write commits
 
+The first ``save`` also allocates the host pool (page faults over the whole
+state: several times a later save's cost). ``ckpt.prepare(state)`` before the
+loop, or ``Checkpointer(dir, prepare=state)``, pays that ahead.
+
 ``save`` blocks only while the tensors are copied into the engine's reusable
 host buffers; a C++ thread (which never takes the GIL) writes, fsyncs and
 atomically commits ``ckpt/step-N/``. Tensors may be modified as soon as
@@ -165,6 +169,8 @@ class Checkpointer:
       max_in_flight: snapshots held at once (each costs one host buffer the
         size of the state).
       copy_threads: threads for the snapshot copy (0: up to 4).
+      prepare: a state like the ones ``save`` will take: ``prepare(state)``
+        is called before the constructor returns.
       handle_sigterm: install a SIGTERM handler (main thread only) that waits
         up to ``grace_s`` for the in-flight save to commit, then calls the
         previous handler, or exits with status 143 (SystemExit(143); when the
@@ -173,15 +179,19 @@ class Checkpointer:
     """
 
     def __init__(self, dir: str, keep: int = 3, *, on_busy: str = "wait", max_in_flight: int = 1,
-                 copy_threads: int = 0, handle_sigterm: bool = False, grace_s: float = 30.0):
+                 copy_threads: int = 0, handle_sigterm: bool = False, grace_s: float = 30.0,
+                 prepare: Any = None):
         self.dir = os.fspath(dir)
         self._core = _core.Checkpointer(self.dir, keep, max_in_flight, on_busy, copy_threads)
+        self._max_in_flight = int(max_in_flight)
         self._grace_s = float(grace_s)
         self._stream = None  # CUDA side stream, made on first use
         self._pinned: set = set()  # pool buffers registered with CUDA
         self._blocking_ns: List[int] = []
         self._prev_sigterm = None
         self._closed = False
+        if prepare is not None:
+            self.prepare(prepare)
         if handle_sigterm:
             self._install_sigterm()
 
@@ -200,6 +210,44 @@ class Checkpointer:
         if saved:
             self._blocking_ns.append(time.perf_counter_ns() - start)
         return saved
+
+    def prepare(self, state: Any) -> None:
+        """Allocates and faults in the host pool for saves of ``state`` (or of
+        anything no larger), so that the first ``save`` blocks no longer than
+        later ones; with CUDA tensors in ``state`` also registers the pool with
+        CUDA (page-locked), which the first ``save`` would do otherwise.
+
+        ``state`` is flattened as ``save`` flattens it; only the tensors' sizes
+        are used, nothing is copied. Takes about one first save's extra time,
+        here instead of inside the loop. Memory: one buffer of the state's size
+        per ``max_in_flight`` slot, what the pool holds anyway once that many
+        saves overlapped. A later, larger state replaces the buffer (the first
+        save of it pays again); call ``prepare`` again when the state grows.
+        """
+        with _core.Phase("checkpoint_prepare", "checkpoint"):
+            _, f = _flatten(state)
+            self._core.prepare([spec[2] for spec in f.specs])
+            if f.cuda:
+                torch = _torch()
+                for ptr, nbytes in self._pool_buffers(f.specs):
+                    if ptr not in self._pinned:
+                        torch.cuda.cudart().cudaHostRegister(ptr, nbytes, 0)
+                        self._pinned.add(ptr)
+
+    def _pool_buffers(self, specs) -> List[Tuple[int, int]]:
+        """(address, bytes) of the pool buffers saves of ``specs`` would use:
+        every free slot is taken with nothing copied, then given back."""
+        empty = [(spec[0], 0) + tuple(spec[2:]) for spec in specs]  # no data: nothing copied
+        pendings = []
+        while len(pendings) < self._max_in_flight:
+            pending = self._core.begin(0, empty)  # waits while saves write (on_busy="wait")
+            if pending is None:  # on_busy="skip" and the other slots are writing
+                break
+            pendings.append(pending)
+        pending = None
+        out = [(p.buffer, p.buffer_bytes) for p in pendings]
+        pendings.clear()  # abandoned: the slots and buffers go back to the pool
+        return out
 
     def _save_with_device_tensors(self, step: int, blob: bytes, f: _Flattener) -> bool:
         """GPU tensors: device->host on a side stream straight into the pool's

@@ -195,6 +195,70 @@ def test_advise_interval_uses_youngs_formula(tmp_path):
     assert advice["interval_steps"] == max(1, round(advice["interval_s"] / 0.01))
 
 
+MIB = 1 << 20
+
+
+def test_prepare_then_save_allocates_nothing_and_round_trips(tmp_path):
+    state = {"model": {"w": torch.arange(3 * MIB // 4, dtype=torch.float32),  # 3 MiB
+                       "b": torch.ones(7)},
+             "np": np.arange(1000, dtype=np.int64), "step": 3}
+    with saturate.Checkpointer(tmp_path) as ckpt:
+        assert ckpt.stats()["pool_bytes"] == 0
+        assert ckpt.prepare(state) is None
+        s = ckpt.stats()
+        assert s["pool_bytes"] == 4 * MIB and s["pool_allocations"] == 1 and s["saves"] == 0
+        for step in (3, 4):
+            state["step"] = step
+            state["model"]["b"].fill_(step)
+            assert ckpt.save(state, step) is True
+            ckpt.wait()
+        s = ckpt.stats()
+        assert s["pool_allocations"] == 1 and s["pool_bytes"] == 4 * MIB and s["commits"] == 2
+    assert_same(state, saturate.Checkpointer.load(tmp_path))
+
+
+def test_prepare_at_construction(tmp_path):
+    state = {"x": torch.ones(MIB), "n": np.zeros(5)}  # 4 MiB + 40 bytes: a 6 MiB buffer
+    with saturate.Checkpointer(tmp_path, prepare=state) as ckpt:
+        assert ckpt.stats()["pool_bytes"] == 6 * MIB
+        ckpt.save(state, 1)
+        ckpt.save(state, 2)
+        assert ckpt.stats()["pool_allocations"] == 1
+    assert_same(state, saturate.Checkpointer.load(tmp_path))
+
+
+def test_prepare_fills_every_slot_and_gives_them_back(tmp_path):
+    state = {"x": torch.ones(MIB // 4)}  # 1 MiB: one 2 MiB buffer per slot
+    with saturate.Checkpointer(tmp_path, max_in_flight=2, on_busy="skip") as ckpt:
+        ckpt.prepare(state)
+        assert ckpt.stats()["pool_bytes"] == 4 * MIB
+        _, f = saturate.checkpoint._flatten(state)
+        buffers = ckpt._pool_buffers(f.specs)  # what prepare registers with CUDA
+        assert len({ptr for ptr, _ in buffers}) == 2 and all(n == 2 * MIB for _, n in buffers)
+        assert ckpt.save(state, 1) is True and ckpt.save(state, 2) is True  # slots came back
+        assert ckpt.stats()["pool_allocations"] == 2 and ckpt.stats()["skipped"] == 0
+
+
+def test_prepare_smaller_or_larger_than_the_saves(tmp_path):
+    with saturate.Checkpointer(tmp_path) as ckpt:
+        ckpt.prepare({"x": torch.ones(2 * MIB)})  # 8 MiB
+        ckpt.save({"x": torch.ones(MIB)}, 1)  # fits: reused
+        ckpt.wait()
+        assert ckpt.stats()["pool_allocations"] == 1 and ckpt.stats()["pool_bytes"] == 8 * MIB
+        big = {"x": torch.arange(3 * MIB, dtype=torch.float32)}  # 12 MiB: replaces it
+        ckpt.save(big, 2)
+        ckpt.wait()
+        assert ckpt.stats()["pool_allocations"] == 2 and ckpt.stats()["pool_bytes"] == 12 * MIB
+    assert_same(big, saturate.Checkpointer.load(tmp_path))
+
+
+def test_prepare_after_close_raises(tmp_path):
+    ckpt = saturate.Checkpointer(tmp_path)
+    ckpt.close()
+    with pytest.raises(Exception, match="closed"):
+        ckpt.prepare({"x": torch.ones(4)})
+
+
 def count_for(seconds, during=None):
     """Increments of a pure-Python counting thread over `seconds`, while `during` runs."""
     stop, n = threading.Event(), [0]
