@@ -140,7 +140,9 @@ enum class Layout { kHWC, kCHW };
 // the crop are not decoded at all, so damage there goes unnoticed. A JPEG
 // with a restart marker after every MCU (AddJpegRestartMarkers) is first cut
 // down to the MCUs around the crop, so those beside and above it are not
-// entropy-decoded either (the output bytes are those of decoding it whole).
+// entropy-decoded either (the output bytes are those of decoding it whole);
+// one with a marker after every N MCU rows is cut to the intervals that
+// hold the crop's rows, and gives the same bytes as the every-MCU file.
 // If it is YCbCr, its components are then resized as stored (chroma at its
 // own resolution, not upsampled) and only the output pixels are converted
 // to RGB, with libjpeg's arithmetic: the bytes differ from the RGB path's by
