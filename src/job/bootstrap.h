@@ -43,6 +43,15 @@ EnvVars BootstrapEnv(const std::string& dir, const char* parent_pythonpath);
 // returns BootstrapEnv(absolute dir, this process's PYTHONPATH).
 Result<EnvVars> WriteBootstrap(const std::string& dir);
 
+// A run directory for a command that records itself and is not sampled
+// (`saturate run-instrumented`): creates `run_dir`, writes a meta.json
+// without samples unless one is there already (an outer watch's), so that
+// `saturate report` can place the spans (the run ends at its last event),
+// writes the bootstrap into RUN/.auto and returns the command's variables:
+// the bootstrap's and SATURATE_RUN_DIR (absolute). `pid` is the command's.
+Result<EnvVars> PrepareInstrumentedRun(const std::string& run_dir,
+                                       const std::vector<std::string>& command, int pid);
+
 }  // namespace saturate::job
 
 #endif  // SATURATE_JOB_BOOTSTRAP_H_

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "base/testing.h"
 
@@ -61,6 +62,26 @@ TEST(BootstrapTest, UnwritableFolderIsAnError) {
   testing::TempDir dir;
   std::ofstream(dir.Join("file")) << "x";
   EXPECT_FALSE(WriteBootstrap(dir.Join("file/.auto")).ok());
+}
+
+TEST(BootstrapTest, PreparesARunForACommandThatRecordsItself) {
+  testing::TempDir dir;
+  const std::string run = dir.Join("runs/exp1");
+  Result<EnvVars> env = PrepareInstrumentedRun(run, {"python", "train.py"}, 4242);
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  ASSERT_EQ(env->size(), 3u);
+  EXPECT_EQ((*env)[0].second.rfind(run + "/.auto", 0), 0u);  // PYTHONPATH first
+  EXPECT_EQ((*env)[2], (std::pair<std::string, std::string>{"SATURATE_RUN_DIR", run}));
+  nlohmann::json meta = nlohmann::json::parse(testing::ReadFileOrFail(run + "/meta.json"));
+  EXPECT_EQ(meta["recorder"], "saturate run-instrumented");
+  EXPECT_EQ(meta["pid"], 4242);
+  EXPECT_EQ(meta["command"], (std::vector<std::string>{"python", "train.py"}));
+  EXPECT_TRUE(meta.contains("start_monotonic_ns"));
+  EXPECT_FALSE(meta.contains("samples_file"));
+  // An outer watch's meta.json stays as it is.
+  std::ofstream(run + "/meta.json", std::ios::trunc) << "{\"recorder\": \"outer\"}\n";
+  SATURATE_ASSERT_OK(PrepareInstrumentedRun(run, {"python"}, 1).status());
+  EXPECT_EQ(testing::ReadFileOrFail(run + "/meta.json"), "{\"recorder\": \"outer\"}\n");
 }
 
 }  // namespace

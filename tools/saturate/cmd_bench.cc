@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "feed/measure.h"
 #include "feed_run.h"
 #include "saturate/feed/device_loader.h"
 #include "saturate/feed/loader.h"
@@ -102,11 +103,11 @@ int RunFeed(const FeedFlags& f) {
   const uint64_t total = (*loader)->batches_per_epoch() * f.epochs;
   ProgressBar bar("feed", "batch");
   OutputDigest digest;
-  auto m = MeasureFeed(**loader, {.warmup = f.warmup, .epochs = f.epochs},
-                       [&](const feed::Batch& batch, uint64_t batches) {
-                         if (f.digest) digest.Add(batch);
-                         bar.Update(batches, total);
-                       });
+  auto m = feed::MeasureFeed(**loader, {.warmup = f.warmup, .epochs = f.epochs},
+                             [&](const feed::Batch& batch, uint64_t batches) {
+                               if (f.digest) digest.Add(batch);
+                               bar.Update(batches, total);
+                             });
   if (!m.ok()) return ReportError("bench feed", m.status());
   bar.Finish();
   const feed::LoaderStats& at_start = m->at_start;

@@ -4,17 +4,13 @@
 // becomes the command (execvp), so its exit status, output and signals are
 // exactly the command's. No sampling: `saturate watch` or `saturate doctor`
 // around the launcher add that. It writes a meta.json without samples, so
-// `saturate report RUN` can place the spans.
+// `saturate report RUN` can place the spans (src/job/bootstrap.h).
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <nlohmann/json.hpp>
 
-#include "base/file.h"
 #include "cli.h"
 #include "job/bootstrap.h"
 #include "watch_session.h"
@@ -27,34 +23,6 @@ struct RunFlags {
   std::vector<std::string> command;
 };
 
-// What `saturate report` needs to place the spans (docs/watch.md's meta.json,
-// without samples or an end: the run ends at its last event). The pid is the
-// command's, which execvp keeps. A run directory that has one already (an
-// outer saturate watch or doctor) keeps it.
-Status WriteMetaIfMissing(const std::string& dir, const std::vector<std::string>& command) {
-  const std::string path = dir + "/meta.json";
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec)) return Status::OK();
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  const auto since_epoch = [](auto clock_now) {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_now.time_since_epoch())
-        .count();
-  };
-  const nlohmann::json meta = {
-      {"saturate_version", "0.1.0"},
-      {"recorder", "saturate run-instrumented"},
-      {"host", host},
-      {"cpus", sysconf(_SC_NPROCESSORS_ONLN)},
-      {"command", command},
-      {"pid", getpid()},
-      {"auto_instrument", true},
-      {"start_unix_ns", since_epoch(std::chrono::system_clock::now())},
-      {"start_monotonic_ns", since_epoch(std::chrono::steady_clock::now())},
-      {"schema", "docs/watch.md"}};
-  return WriteFileAtomic(path, meta.dump(2) + "\n");
-}
-
 // Returns only on failure.
 Status RunInstrumented(const RunFlags& f) {
   if (f.command.empty() || f.command[0].empty()) {
@@ -66,14 +34,8 @@ Status RunInstrumented(const RunFlags& f) {
     const char* env = std::getenv("SATURATE_RUN_DIR");
     dir = env != nullptr && *env != '\0' ? env : DefaultRunDir("run");
   }
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::IOError("cannot create " + dir + ": " + ec.message());
-  const std::string absolute = std::filesystem::absolute(dir, ec).lexically_normal().string();
-  if (ec) return Status::IOError("cannot resolve " + dir + ": " + ec.message());
-  SATURATE_RETURN_IF_ERROR(WriteMetaIfMissing(absolute, f.command));
-  SATURATE_ASSIGN_OR_RETURN(job::EnvVars env, job::WriteBootstrap(absolute + "/.auto"));
-  env.emplace_back("SATURATE_RUN_DIR", absolute);
+  SATURATE_ASSIGN_OR_RETURN(job::EnvVars env,
+                            job::PrepareInstrumentedRun(dir, f.command, getpid()));
   for (const auto& [name, value] : env) {
     if (setenv(name.c_str(), value.c_str(), 1) != 0) return Status::FromErrno("setenv", errno);
   }

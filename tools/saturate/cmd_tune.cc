@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cli.h"
+#include "feed/measure.h"
 #include "feed_run.h"
 #include "saturate/feed/loader.h"
 #include "tune/measure.h"
@@ -190,8 +191,8 @@ Result<tune::FeedPoint> FeedTrial(const FeedTuneFlags& f, int threads, int prefe
   o.prefetch = prefetch;
   SATURATE_ASSIGN_OR_RETURN(o.fields, ParseTransforms(f.transforms));
   SATURATE_ASSIGN_OR_RETURN(std::unique_ptr<feed::Loader> loader, feed::Loader::Open(o));
-  SATURATE_ASSIGN_OR_RETURN(FeedMeasurement m,
-                            MeasureFeed(*loader, {.warmup = f.warmup, .seconds = seconds}));
+  SATURATE_ASSIGN_OR_RETURN(feed::FeedMeasurement m,
+                            feed::MeasureFeed(*loader, {.warmup = f.warmup, .seconds = seconds}));
   return tune::FeedPoint{m.samples_per_s(), m.cpu_cores, m.wait_pct(), m.timed_batches(f.warmup)};
 }
 
