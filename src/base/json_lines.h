@@ -10,7 +10,9 @@
 #include <cstddef>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "saturate/base/status.h"
 
@@ -23,6 +25,29 @@ namespace saturate {
 Status ForEachJsonLine(std::string_view text, std::string_view source,
                        const std::function<Status(const nlohmann::json&, size_t)>& fn,
                        bool* torn_last_line);
+
+// j[key] when it is there with the right type, else `fallback`. Unlike
+// json::value(), never throws: files written by crashed, older or foreign
+// processes may hold anything. Integral types take integers only (a float
+// out of their range would be undefined to convert).
+inline std::string JsonValueOr(const nlohmann::json& j, const char* key, const char* fallback) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
+}
+template <typename T>
+T JsonValueOr(const nlohmann::json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if constexpr (std::is_same_v<T, bool>) {
+    return it->is_boolean() ? it->template get<bool>() : fallback;
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return it->is_string() ? it->template get<std::string>() : fallback;
+  } else if constexpr (std::is_integral_v<T>) {
+    return it->is_number_integer() ? it->template get<T>() : fallback;
+  } else {
+    return it->is_number() ? it->template get<T>() : fallback;
+  }
+}
 
 }  // namespace saturate
 

@@ -49,3 +49,23 @@ TEST(JsonLinesTest, ABadLineElsewhereNamesFileAndLine) {
 
 }  // namespace
 }  // namespace saturate
+
+namespace saturate {
+namespace {
+
+TEST(JsonValueOrTest, WrongTypesGiveTheFallbackNeverAnException) {
+  const nlohmann::json j = nlohmann::json::parse(
+      R"({"host": 5, "n": "x", "big": 1e300, "ok": 7, "name": "a", "flag": 1, "f": 2})");
+  EXPECT_EQ(JsonValueOr(j, "host", ""), "");
+  EXPECT_EQ(JsonValueOr(j, "name", ""), "a");
+  EXPECT_EQ(JsonValueOr(j, "missing", "d"), "d");
+  EXPECT_EQ(JsonValueOr(j, "n", int64_t{3}), 3);
+  EXPECT_EQ(JsonValueOr(j, "big", 4), 4);  // a float is no integer
+  EXPECT_EQ(JsonValueOr(j, "ok", 0), 7);
+  EXPECT_EQ(JsonValueOr(j, "flag", false), false);  // 1 is no boolean
+  EXPECT_EQ(JsonValueOr(j, "f", 0.5), 2.0);
+  EXPECT_EQ(JsonValueOr(j, "name", std::string("z")), "a");
+}
+
+}  // namespace
+}  // namespace saturate

@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "base/file.h"
+#include "base/json_lines.h"
 #include "trace/export.h"
 
 namespace saturate::ranks {
@@ -64,9 +65,9 @@ std::optional<NodeDir> ReadNode(const fs::path& dir, std::vector<std::string>* w
   }
   NodeDir n;
   n.dir = dir.string();
-  n.host = meta.value("host", "");
-  n.start_unix_ns = meta.value("start_unix_ns", int64_t{0});
-  n.version = meta.value("saturate_version", "");
+  n.host = JsonValueOr(meta, "host", "");
+  n.start_unix_ns = JsonValueOr(meta, "start_unix_ns", int64_t{0});
+  n.version = JsonValueOr(meta, "saturate_version", "");
   return n;
 }
 
@@ -97,29 +98,30 @@ void ReadRankIdentity(RankDir* r, std::vector<std::string>* warnings) {
     if (!text.ok()) continue;
     const size_t eol = text->find('\n');
     const json meta = json::parse(text->substr(0, eol), nullptr, false);
-    if (!meta.is_object() || meta.value("ph", "") != "M") continue;
-    const int64_t unix_ns = meta.value("unix_ns", int64_t{0});
+    if (!meta.is_object() || JsonValueOr(meta, "ph", "") != "M") continue;
+    const int64_t unix_ns = JsonValueOr(meta, "unix_ns", int64_t{0});
     if (unix_ns > 0 && (r->first_unix_ns == 0 || unix_ns < r->first_unix_ns)) {
       r->first_unix_ns = unix_ns;
     }
     auto it = meta.find("rank");
     if (it == meta.end() || !it->is_object() || !r->host.empty()) continue;
-    if (it->value("rank", -1) != r->rank) {
-      warnings->push_back(path.string() + ": names rank " + std::to_string(it->value("rank", -1)) +
-                          " inside " + r->dir + "; the folder's rank is kept");
+    if (JsonValueOr(*it, "rank", -1) != r->rank) {
+      warnings->push_back(path.string() + ": names rank " +
+                          std::to_string(JsonValueOr(*it, "rank", -1)) + " inside " + r->dir +
+                          "; the folder's rank is kept");
     }
-    r->local_rank = it->value("local_rank", 0);
-    r->world_size = it->value("world_size", 0);
-    r->host = it->value("host", "");
-    r->launcher = it->value("launcher", "");
-    r->cuda_visible_devices = it->value("cuda_visible_devices", "");
+    r->local_rank = JsonValueOr(*it, "local_rank", 0);
+    r->world_size = JsonValueOr(*it, "world_size", 0);
+    r->host = JsonValueOr(*it, "host", "");
+    r->launcher = JsonValueOr(*it, "launcher", "");
+    r->cuda_visible_devices = JsonValueOr(*it, "cuda_visible_devices", "");
   }
   if (Result<std::string> task = ReadFileToString(r->dir + "/task.json"); task.ok()) {
     const json t = json::parse(*task, nullptr, false);
     if (t.is_object() && t.contains("exit_code") && t["exit_code"].is_number_integer()) {
       r->exit_code = t["exit_code"].get<int>();
     }
-    if (r->host.empty() && t.is_object()) r->host = t.value("host", "");
+    if (r->host.empty() && t.is_object()) r->host = JsonValueOr(t, "host", "");
   }
   if (files.empty()) warnings->push_back(r->dir + ": no spans files (the rank recorded nothing)");
 }
@@ -169,15 +171,15 @@ std::optional<LiveHang> ReadHang(const fs::path& dir) {
     Result<std::string> text = ReadFileToString(path.string());
     if (!text.ok()) continue;
     const json h = json::parse(*text, nullptr, false);
-    if (!h.is_object() || h.value("recovered", false)) continue;
-    const int64_t t = h.value("t_unix_ns", int64_t{0});
+    if (!h.is_object() || JsonValueOr(h, "recovered", false)) continue;
+    const int64_t t = JsonValueOr(h, "t_unix_ns", int64_t{0});
     if (latest && t <= latest_ns) continue;
     LiveHang hang;
     if (auto it = h.find("suspect_rank"); it != h.end() && it->is_number_integer()) {
       hang.suspect_rank = it->get<int>();
     }
-    hang.kind = h.value("kind", "");
-    hang.stalled_s = h.value("stalled_s", 0.0);
+    hang.kind = JsonValueOr(h, "kind", "");
+    hang.stalled_s = JsonValueOr(h, "stalled_s", 0.0);
     if (hang.suspect_rank) {
       const json stacks = h.value("stacks", json::object());
       const std::string key = std::to_string(*hang.suspect_rank);

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "base/file.h"
+#include "base/json_lines.h"
 #include "base/rank_env.h"
 
 namespace saturate::ranks {
@@ -107,12 +108,12 @@ void RankScanner::Line(std::string_view line, File* f) {
   switch (PhaseOf(line)) {
     case 's': {  // "step"
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (!j.is_object() || j.value("ph", "") != "step") return;
-      const int64_t step = j.value("step", int64_t{0});
+      if (!j.is_object() || JsonValueOr(j, "ph", "") != "step") return;
+      const int64_t step = JsonValueOr(j, "step", int64_t{0});
       ++f->step_marks;
       if (step >= f->last_step) {
         f->last_step = step;
-        f->last_step_ns = j.value("ts_ns", int64_t{0});
+        f->last_step_ns = JsonValueOr(j, "ts_ns", int64_t{0});
       }
       return;
     }
@@ -121,11 +122,13 @@ void RankScanner::Line(std::string_view line, File* f) {
       if (!j.is_object()) return;
       if (j.contains("pid") && j["pid"].is_number_integer()) f->pid = j["pid"].get<int>();
       if (j.contains("unix_ns") && j.contains("ts_ns")) {
-        f->unix_minus_monotonic_ns = j.value("unix_ns", int64_t{0}) - j.value("ts_ns", int64_t{0});
+        // Wrapping, not undefined, for values no real clock has.
+        f->unix_minus_monotonic_ns = int64_t(uint64_t(JsonValueOr(j, "unix_ns", int64_t{0})) -
+                                             uint64_t(JsonValueOr(j, "ts_ns", int64_t{0})));
       }
       if (j.contains("rank") && j["rank"].is_object()) {
-        f->host = j["rank"].value("host", f->host);
-        f->world_size = j["rank"].value("world_size", f->world_size);
+        f->host = JsonValueOr(j["rank"], "host", f->host);
+        f->world_size = JsonValueOr(j["rank"], "world_size", f->world_size);
       }
       if (j.contains("stacks") && j["stacks"].is_string()) {
         const std::string name = j["stacks"].get<std::string>();
