@@ -34,6 +34,7 @@
 
 #include "image/codec.h"
 #include "image/transform.h"
+#include "image_files.h"
 
 namespace {
 
@@ -46,20 +47,8 @@ double ThreadCpuSeconds() {
   return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
 }
 
-bool IsImage(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
-}
-
-std::vector<std::byte> ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(chars.size());
-  std::memcpy(out.data(), chars.data(), chars.size());
-  return out;
-}
+using saturate::bench::IsImage;
+using saturate::bench::ReadFile;
 
 class Rng : public saturate::image::UniformSource {
  public:

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "image/codec.h"
+#include "image_files.h"
 
 namespace {
 
@@ -42,20 +43,8 @@ double CpuSeconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-bool IsImage(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
-}
-
-std::vector<std::byte> ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(chars.size());
-  std::memcpy(out.data(), chars.data(), chars.size());
-  return out;
-}
+using saturate::bench::IsImage;
+using saturate::bench::ReadFile;
 
 int Usage() {
   std::fprintf(stderr, "usage: decode_bound [--threads N] [--passes P] DIR_OR_FILE...\n");

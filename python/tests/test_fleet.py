@@ -166,7 +166,7 @@ def test_fleet_ranks_the_idle_job_first_and_names_the_sawtooth(cluster, tmp_path
     kinds = {(f["job"], f["kind"]) for f in report["findings"]}
     assert ("101", "idle_allocation") in kinds and ("102", "sawtooth") in kinds
     assert not [k for k in kinds if k[0] == "103"], kinds
-    # 70 of 80 GiB: no headroom finding for 103; 60 and 30 GiB are not under half... 30 is.
+    # Job 101 (30 of 80 GiB) is under half, but a job that never computes gets the idle finding only.
     assert ("101", "memory_headroom") not in kinds  # an unused job gets the idle finding only
     html = (tmp_path / "f.html").read_text()
     assert "<svg" in html and "node-idle gpu 0 (job 101)" in html

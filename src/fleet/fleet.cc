@@ -20,16 +20,6 @@ std::string Get(const LabelSet& labels, const char* name) {
   return it == labels.end() ? "" : it->second;
 }
 
-std::string HostOf(const LabelSet& labels) {
-  std::string host = Get(labels, "Hostname");
-  return host.empty() ? Get(labels, "instance") : host;
-}
-
-std::string GpuOf(const LabelSet& labels) {
-  std::string gpu = Get(labels, "gpu");
-  return gpu.empty() ? Get(labels, "UUID") : gpu;
-}
-
 // "45 s", "12 min", "3.5 h".
 std::string Span(double seconds) {
   if (seconds < 120) return Fmt("%.0f s", seconds);
@@ -259,6 +249,16 @@ std::string JobOf(const LabelSet& labels) {
 }
 
 std::string UserOf(const LabelSet& labels) { return Get(labels, "user"); }
+
+std::string HostOf(const LabelSet& labels) {
+  std::string host = Get(labels, "Hostname");
+  return host.empty() ? Get(labels, "instance") : host;
+}
+
+std::string GpuOf(const LabelSet& labels) {
+  std::string gpu = Get(labels, "gpu");
+  return gpu.empty() ? Get(labels, "UUID") : gpu;
+}
 
 FleetReport Analyze(const FleetInput& in, const FleetOptions& o) {
   FleetReport r;

@@ -114,6 +114,9 @@ FleetReport Analyze(const FleetInput& input, const FleetOptions& options);
 // The job a series belongs to ("" for none) and its user ("" unknown).
 std::string JobOf(const LabelSet& labels);
 std::string UserOf(const LabelSet& labels);
+// The node (Hostname, else the scrape target) and the GPU (index, else UUID).
+std::string HostOf(const LabelSet& labels);
+std::string GpuOf(const LabelSet& labels);
 
 // Presentations: a terminal summary (80 columns where words allow), the
 // JSON document `--json` prints, and a self-contained HTML page (a heat map

@@ -129,12 +129,7 @@ std::string HeatMap(const FleetReport& r, const FleetInput& in) {
   const int bins = int(std::clamp(span_s / std::max(r.step_s, 1e-9), 1.0, 240.0));
   std::map<std::string, std::string> job_of_row;
   for (const Series& s : in.util) {
-    auto get = [&](const char* k) {
-      auto it = s.labels.find(k);
-      return it == s.labels.end() ? std::string() : it->second;
-    };
-    std::string host = get("Hostname").empty() ? get("instance") : get("Hostname");
-    const std::string row = host + " gpu " + (get("gpu").empty() ? get("UUID") : get("gpu"));
+    const std::string row = HostOf(s.labels) + " gpu " + GpuOf(s.labels);
     const std::string job = JobOf(s.labels);
     if (!job.empty()) job_of_row[row] += (job_of_row[row].empty() ? "" : ", ") + job;
     for (const Point& p : s.points) {
