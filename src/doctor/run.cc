@@ -379,13 +379,16 @@ Result<Run> LoadRunFrom(const RunSources& sources) {
   }
 
   // Another node's samples: onto the job's axis, with the node's clock correction.
+  // Wrapping, not undefined, for clocks no real run has (corrupt meta.json).
+  auto wrap_add = [](int64_t a, int64_t b) { return int64_t(uint64_t(a) + uint64_t(b)); };
   const int64_t sample_shift_ns =
       sources.origin_unix_ns && has_meta
-          ? run.meta.start_unix_ns - *sources.origin_unix_ns + sources.shift_ns
+          ? wrap_add(int64_t(uint64_t(run.meta.start_unix_ns) - uint64_t(*sources.origin_unix_ns)),
+                     sources.shift_ns)
           : 0;
-  for (SamplePoint& p : run.samples) p.t_ns += sample_shift_ns;
+  for (SamplePoint& p : run.samples) p.t_ns = wrap_add(p.t_ns, sample_shift_ns);
   if (sources.origin_unix_ns && has_meta) {
-    run.meta.duration_ns += sample_shift_ns;
+    run.meta.duration_ns = wrap_add(run.meta.duration_ns, sample_shift_ns);
     run.meta.start_unix_ns = *sources.origin_unix_ns;
   }
 
