@@ -39,6 +39,33 @@ struct SiteStat {
   double total_s = 0;   // time spent in those calls
 };
 
+// What applying a finding's fix is expected to give, and the model behind
+// the number: "data wait 0.21 s of 0.80 s per step; with 4 workers the wait
+// falls to ~0.03 s -> ~1.28x steps/s".
+struct Prediction {
+  std::string metric;              // "steps/s" or "samples/s" (the fix changes the batch)
+  std::optional<double> now;       // the run's rate; empty when the batch size is unknown
+  std::optional<double> expected;  // after the fix
+  double speedup = 1;              // expected / now
+  bool upper_bound = false;        // the fix removes all of the cost at best
+  std::string model;
+};
+
+// A fix applied and measured by `saturate doctor --check-fix`: the knob
+// changed, the A/B re-runs, and how the measured gain compares with the
+// prediction.
+struct FixCheck {
+  std::string knob;  // "num_workers", "batch_size", "prefetch_factor"
+  std::string flag;  // the command's flag that carries it: "-j", "--batch-size="
+  std::string from, to;
+  double predicted_speedup = 0;
+  double measured_speedup = 0;  // 0: not measured
+  bool reliable_gain = false;   // the A/B re-runs agree on a gain beyond the noise
+  bool within_tolerance = false;
+  std::string verdict;   // one line
+  std::string tune_dir;  // the trials' run directories and tune.json
+};
+
 struct Finding {
   std::string cause;  // a cause id: input_pipeline, io_bound, cpu_contention, parallelism, ...
   std::string title;  // one line: what is wrong
@@ -53,6 +80,9 @@ struct Finding {
   // Not ranked and not subject to min_time_lost_pct; listed after the rest.
   bool info = false;
   std::vector<SiteStat> sites;  // where in the code, largest first
+  std::optional<Prediction> prediction;
+  std::optional<FixCheck> check;  // set by --check-fix
+  bool demoted = false;           // its fix gave no reliable gain when applied
 };
 
 // A histogram with explicit bucket upper edges (the last bucket is open).
@@ -260,6 +290,11 @@ Analysis Analyze(const Run& run, const AnalysisOptions& options = {});
 // src/ranks' constructor).
 Finding NewFinding(std::string cause, std::string title, double lost_s, double duration_s,
                    double confidence);
+// A fix that saves `saved_s` of a training window of `window_s`: the rate
+// rises by window / (window - saved). `rate_now` in `metric` units, when known.
+Prediction SavingPrediction(double window_s, double saved_s, std::optional<double> rate_now,
+                            std::string metric, std::string model, bool upper_bound);
+
 // Findings ranked as Diagnose() ranks its own: measured ones at or above
 // `min_time_lost_pct` by time lost, largest first, then the info ones.
 std::vector<Finding> RankFindings(std::vector<Finding> findings, double min_time_lost_pct);

@@ -215,6 +215,19 @@ std::string JoinWrapped(const std::vector<std::string>& parts) {
   return out;
 }
 
+// ("expect", the prediction's model) and, after --check-fix, ("check", the
+// measured gain against it): the lines under a finding's fix.
+std::vector<std::pair<std::string, std::string>> PredictionLines(const Finding& x) {
+  std::vector<std::pair<std::string, std::string>> lines;
+  if (x.prediction) lines.emplace_back("expect", x.prediction->model);
+  if (x.check) {
+    const FixCheck& c = *x.check;
+    lines.emplace_back("check", c.knob + " " + c.from + " -> " + c.to + ": " + c.verdict +
+                                    (x.demoted ? " (demoted: the fix gave no reliable gain)" : ""));
+  }
+  return lines;
+}
+
 // Red for the causes that cost a fifth of the run or more, yellow above 5%.
 const char* SeverityColor(double pct) { return pct >= 20 ? "1;31" : pct >= 5 ? "1;33" : "1"; }
 
@@ -309,6 +322,10 @@ std::string RenderSummary(const Run& run, const Analysis& analysis, bool color, 
       const std::string fix_lead = std::string(Columns(lead), ' ') + "fix: ";
       out += std::string(Columns(lead), ' ') + Paint(color, "32", "fix:") + " " +
              Wrap(finding.fix, Columns(fix_lead), Columns(fix_lead)) + "\n";
+    }
+    for (const auto& [label, text] : PredictionLines(finding)) {
+      const std::string line_lead = std::string(Columns(lead), ' ') + label + ": ";
+      out += line_lead + Wrap(text, Columns(line_lead), Columns(line_lead)) + "\n";
     }
     if (!finding.sites.empty()) {
       const std::string at_lead = std::string(Columns(lead), ' ') + "at:  ";
@@ -953,6 +970,9 @@ std::string FindingsTable(const Analysis& analysis) {
     if (finding.fix_value) {
       html += "<br><code>" + HtmlEscape(finding.fix_value->first) + " = " +
               HtmlEscape(ValueWithUnit(finding.fix_value->second, "")) + "</code>";
+    }
+    for (const auto& [label, text] : PredictionLines(finding)) {
+      html += "<br><i>" + HtmlEscape(label) + ":</i> " + HtmlEscape(text);
     }
     html += "</td><td class=\"confidence\">" + ConfidenceWords(finding.confidence) + "</td></tr>\n";
   }

@@ -39,6 +39,7 @@ constexpr double kMemoryFullPct = 95;      // GPU memory used, or host available
 constexpr double kIdleAllocationPct = 50;  // a GPU below 5% util for this share of the run
 constexpr double kFp32AssumedGain = 0.3;   // conservative share of GPU time bf16 would save
 constexpr double kSyncsPerStep = 0.5;      // a CPU-run call site this frequent runs every step
+constexpr double kUnattributedPct = 15;    // step time in no phase worth a note
 
 std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string Fmt(const char* fmt, ...) {
@@ -64,7 +65,48 @@ void Add(Finding& x, std::string key, double value, std::string unit, std::strin
   x.evidence.push_back({std::move(key), value, std::move(unit), std::move(text)});
 }
 
+// The run's rate: samples/s when the loader reports its batch size, else
+// steps/s; over the training window.
+std::pair<std::optional<double>, std::string> RateNow(const Features& f) {
+  if (f.steps <= 0 || f.active_s <= 0) return {std::nullopt, "steps/s"};
+  const double steps_per_s = double(f.steps) / f.active_s;
+  if (f.loader_batch_size) return {steps_per_s * double(*f.loader_batch_size), "samples/s"};
+  return {steps_per_s, "steps/s"};
+}
+
+// "~1.28x steps/s", or "<= 1.28x" for an upper bound.
+std::string GainWords(const Prediction& p) {
+  return Fmt("%s%.2fx %s", p.upper_bound ? "<= " : "~", p.speedup, p.metric.c_str());
+}
+
+// The fix saves `saved_s` of the training window, at the same batch size.
+void PredictSaving(const Features& f, Finding& x, double saved_s, const std::string& model,
+                   bool upper_bound) {
+  auto [rate, metric] = RateNow(f);
+  x.prediction = SavingPrediction(f.active_s, saved_s, rate, metric, model, upper_bound);
+}
+
+// A step of `step_s` becomes `new_step_s` at the same batch size.
+void PredictStep(const Features& f, Finding& x, double step_s, double new_step_s,
+                 const std::string& model, bool upper_bound) {
+  if (step_s <= 0 || new_step_s <= 0 || f.steps <= 0) return;
+  PredictSaving(f, x, f.active_s * (1 - new_step_s / step_s), model, upper_bound);
+}
+
 }  // namespace
+
+Prediction SavingPrediction(double window_s, double saved_s, std::optional<double> rate_now,
+                            std::string metric, std::string model, bool upper_bound) {
+  Prediction p;
+  p.metric = std::move(metric);
+  saved_s = std::clamp(saved_s, 0.0, 0.99 * window_s);
+  p.speedup = window_s > 0 ? window_s / (window_s - saved_s) : 1;
+  p.now = rate_now;
+  if (rate_now) p.expected = *rate_now * p.speedup;
+  p.upper_bound = upper_bound;
+  p.model = model + (model.empty() ? "" : " -> ") + GainWords(p);
+  return p;
+}
 
 Finding NewFinding(std::string cause, std::string title, double lost_s, double duration_s,
                    double confidence) {
@@ -279,7 +321,59 @@ std::optional<Finding> WorkerRestarts(const Features& f, Finding x) {
               ? 1e3 * (*f.data_wait_s - first_s) / double(f.steps - f.loader_passes)
               : 0.0);
   x.fix_value = {{"persistent_workers", 1}};
+  // Kept workers start no more: the first batches wait like the others.
+  const double other_wait_s = f.steps > f.loader_passes
+                                  ? (*f.data_wait_s - first_s) / double(f.steps - f.loader_passes)
+                                  : 0.0;
+  const double saved_s = first_s - other_wait_s * double(f.loader_passes);
+  PredictSaving(f, x, saved_s,
+                Fmt("%.2f s of waits at %lld pass starts fall to the other batches' %.0f ms each",
+                    first_s, (long long)f.loader_passes, 1e3 * other_wait_s),
+                false);
   return x;
+}
+
+// Per step: the mean step, its data wait and its compute (the rest).
+struct StepSplit {
+  double step_s = 0, wait_s = 0, compute_s = 0;
+};
+
+std::optional<StepSplit> SplitStep(const Features& f) {
+  if (!f.step_time_mean_s || !f.data_wait_s || !f.compute_per_step_s || f.steps <= 0) {
+    return std::nullopt;
+  }
+  return StepSplit{*f.step_time_mean_s, *f.data_wait_s / double(f.steps), *f.compute_per_step_s};
+}
+
+// Removing the data wait entirely: the most any input fix can give.
+void PredictNoWait(const Features& f, Finding& x, const DataWait& w, const std::string& how) {
+  if (std::optional<StepSplit> s = SplitStep(f); s && w.from_spans) {
+    PredictStep(f, x, s->step_s, s->compute_s,
+                Fmt("data wait %.3g s of %.3g s per step; %s the wait falls to 0 at best",
+                    s->wait_s, s->step_s, how.c_str()),
+                true);
+  } else {
+    PredictSaving(f, x, w.lost_s,
+                  Fmt("%.3g s of the %.3g s window idle for data; %s it falls to 0 at best",
+                      w.lost_s, f.active_s, how.c_str()),
+                  true);
+  }
+}
+
+// More loader threads feed `plan.feed_per_s`: a step takes at least its
+// compute, and at least the time the loader needs for a batch.
+void PredictThreads(const Features& f, Finding& x, const ThreadPlan& plan,
+                    const std::string& knob) {
+  std::optional<StepSplit> s = SplitStep(f);
+  if (!s || plan.feed_per_s <= 0) return;
+  const double batch = double(*f.loader_batch_size);
+  const double new_step_s = std::max(s->compute_s, batch / plan.feed_per_s);
+  PredictStep(f, x, s->step_s, new_step_s,
+              Fmt("data wait %.3g s of %.3g s per step; with %s=%.0f the loader feeds %.0f "
+                  "samples/s, so a step of %.0f samples waits ~%.3g s",
+                  s->wait_s, s->step_s, knob.c_str(), plan.threads, plan.feed_per_s, batch,
+                  new_step_s - s->compute_s),
+              false);
 }
 
 // ---- The rules -------------------------------------------------------------------
@@ -329,6 +423,7 @@ std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOption
                 plan->free_cores, plan->target_per_s);
       }
       x.fix_value = {{knobs.threads_key, plan->threads}};
+      PredictThreads(f, x, *plan, knobs.threads);
     } else if (plan->fit_per_s < plan->target_per_s) {
       fix =
           Fmt("The CPUs are the limit: %.0f free cores sustain %.0f samples/s at %s of "
@@ -343,8 +438,10 @@ std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOption
           "are bursts: raise %s to %.0f.",
           threads, plan->threads, plan->target_per_s, knobs.prefetch.c_str(), prefetch);
       x.fix_value = {{knobs.prefetch_key, prefetch}};
+      PredictNoWait(f, x, *w, "with the bursts absorbed");
     }
   } else {
+    PredictNoWait(f, x, *w, "with enough workers");
     fix =
         "Give the input pipeline more worker threads or processes (saturate.Loader threads, "
         "DataLoader num_workers)";
@@ -402,6 +499,7 @@ std::optional<Finding> IoBoundRule(const Features& f, const AnalysisOptions&) {
     fix += ", and read ahead (more prefetch)";
   }
   x.fix = fix + ".";
+  PredictNoWait(f, x, *w, "with storage that keeps up");
   return x;
 }
 
@@ -436,17 +534,28 @@ std::optional<Finding> CpuContentionRule(const Features& f, const AnalysisOption
     }
   }
   x.fix = fix;
+  PredictNoWait(f, x, *w, "with the cores to itself");
   return x;
 }
 
-// Share of step time in phases whose cost does not grow with the batch: the
-// optimizer update and the loop's own time outside any phase.
-double FixedStepPct(const Features& f) {
-  double pct = 0;
+double PhasePct(const Features& f, std::string_view name) {
   for (const PhaseShare& p : f.phases) {
-    if (p.name == "optimizer" || p.name == "other") pct += p.pct_of_steps;
+    if (p.name == name) return p.pct_of_steps;
   }
-  return pct;
+  return 0;
+}
+
+// Share of step time whose cost does not grow with the batch: the optimizer
+// update touches every parameter once whatever the batch. Time in no phase
+// ("other") is not counted: it is unattributed, and what runs there (a
+// conversion or augmentation of the batch) often grows with the batch.
+double FixedStepPct(const Features& f) { return PhasePct(f, "optimizer"); }
+
+// Batch x k spreads the fixed per-step time over k times the samples; the
+// rest of the step (data, forward, backward, unattributed) grows with it.
+// Samples/s then rise by k T / (fixed + k (T - fixed)).
+double BatchSpeedup(double fixed_share, double k) {
+  return k / (fixed_share + k * (1 - fixed_share));
 }
 
 // CPU training (the device is the process's compute): too little work per
@@ -454,25 +563,26 @@ double FixedStepPct(const Features& f) {
 std::optional<Finding> CpuParallelism(const Features& f, double explained_s) {
   if (!f.tree_cpu_cores || f.cpus <= 0 || f.steps == 0) return std::nullopt;
   const double used = *f.tree_cpu_cores;
-  const double fixed_pct = FixedStepPct(f);
+  const double optimizer_pct = FixedStepPct(f);
   // Cores neither the job nor other processes used: a busy neighbour is not
   // the job leaving cores idle.
   const double idle = std::max(0.0, f.cpus - used - f.other_cpu_cores.value_or(0));
   const bool idle_cores = idle >= 0.5 * f.cpus;
-  // A CPU step this short is mostly operator dispatch, a fixed cost the phase
-  // split does not show: too little work per step whatever the shares say.
+  // A CPU step this short is mostly operator dispatch (~10 us per operator),
+  // a fixed cost the phase split does not show. Without a way to measure it,
+  // half of the step outside the optimizer is assumed to be dispatch.
   const bool short_steps = f.step_time_median_s && *f.step_time_median_s < kShortStepS;
-  const bool fixed_costs = fixed_pct >= kFixedStepPct || short_steps;
+  const double fixed_pct =
+      short_steps ? optimizer_pct + 0.5 * (100 - optimizer_pct - f.data_wait_pct.value_or(0))
+                  : optimizer_pct;
+  const bool fixed_costs = optimizer_pct >= kFixedStepPct || short_steps;
   if (!idle_cores && !fixed_costs) return std::nullopt;
-  // A batch k times larger spreads the fixed costs over k times the samples;
-  // aim for them to be 10% of the step.
+  // Aim for the fixed costs to be 10% of the step.
   double k = std::floor(f.cpus / std::max(used, 0.5));
+  const double fixed = fixed_pct / 100;
   if (fixed_costs) {
-    const double fixed = fixed_pct / 100, variable = std::max(1 - fixed, 0.01);
-    k = std::max(k, std::ceil(9 * fixed / variable));
-    // Operator dispatch (~10 us per op on CPU) is a fixed cost the phases do
-    // not show; in steps this short it is most of forward and backward too.
-    if (f.step_time_median_s && *f.step_time_median_s > 0 && *f.step_time_median_s < kShortStepS) {
+    k = std::max(k, std::ceil(9 * fixed / std::max(1 - fixed, 0.01)));
+    if (short_steps && *f.step_time_median_s > 0) {
       k = std::max(k, std::ceil(kShortStepS / *f.step_time_median_s));
     }
   }
@@ -483,19 +593,22 @@ std::optional<Finding> CpuParallelism(const Features& f, double explained_s) {
     k = std::min(k, std::floor(1 + 0.8 * *f.mem_available_min_bytes / *f.tree_rss_max_bytes));
   }
   if (k < 2) return std::nullopt;  // no room: nothing to suggest
-  const double lost_s = fixed_costs ? f.active_s * fixed_pct / 100 * (1 - 1 / k) - explained_s
-                                    : f.active_s * idle / f.cpus - explained_s;
-  Finding x = Make(f, "parallelism",
-                   fixed_costs ? Fmt("Fixed per-step costs (optimizer, loop) take %.0f%% of each "
-                                     "step: too little work per step",
-                                     fixed_pct)
-                               : Fmt("Training used %.1f of %d cores: too little parallel work "
-                                     "per step",
-                                     used, f.cpus),
-                   lost_s, 0.5);
+  // Idle cores: the math library spreads a larger batch over them, at best
+  // in proportion (an upper bound).
+  const double speedup = fixed_costs ? BatchSpeedup(fixed, k) : (used + idle) / std::max(used, 0.5);
+  const double lost_s = f.active_s * (1 - 1 / speedup) - (fixed_costs ? 0 : explained_s);
+  Finding x =
+      Make(f, "parallelism",
+           fixed_costs ? Fmt("Fixed per-step costs (%s) take %.0f%% of each step: too "
+                             "little work per step",
+                             short_steps ? "operator dispatch, optimizer" : "optimizer", fixed_pct)
+                       : Fmt("Training used %.1f of %d cores: too little parallel work "
+                             "per step",
+                             used, f.cpus),
+           lost_s, short_steps && optimizer_pct < kFixedStepPct ? 0.4 : 0.5);
   Add(x, "tree_cpu_cores", used, "cores", "mean cores used by the training process tree");
   if (fixed_costs) {
-    Add(x, "fixed_step_pct", fixed_pct, "%", "optimizer and loop time, of step time");
+    Add(x, "optimizer_pct", optimizer_pct, "%", "optimizer time, of step time (a fixed cost)");
   }
   if (f.step_time_median_s) Add(x, "step_time_s", *f.step_time_median_s, "s", "median step");
   const std::string why = idle_cores ? Fmt("so each step has work for the idle cores, and let "
@@ -511,6 +624,46 @@ std::optional<Finding> CpuParallelism(const Features& f, double explained_s) {
     x.fix = Fmt("Raise the batch size x%.0f %s; scale the learning rate with it.", k, why.c_str());
     x.fix_value = {{"batch_size_factor", k}};
   }
+  Prediction p;
+  p.metric = "samples/s";
+  auto [rate, metric] = RateNow(f);
+  if (f.loader_batch_size && rate) {
+    p.now = *rate;
+    p.expected = *rate * speedup;
+  }
+  p.speedup = speedup;
+  p.upper_bound = !fixed_costs;
+  p.model = fixed_costs
+                ? Fmt("fixed %.0f%% of a %.3g s step (%s) stays per step while the rest grows "
+                      "with the batch: batch x%.0f gives k/(fixed + k(1 - fixed))",
+                      fixed_pct, f.step_time_mean_s.value_or(0),
+                      short_steps ? "optimizer, and half the rest assumed operator dispatch"
+                                  : "optimizer",
+                      k)
+                : Fmt("the job used %.1f of %.1f free cores; a batch x%.0f spread over all of "
+                      "them",
+                      used, used + idle, k);
+  p.model += " -> " + GainWords(p);
+  x.prediction = p;
+  return x;
+}
+
+// Time in no known phase is not assigned to any cause: a note says how much
+// there is, so that a reader can mark it and have it diagnosed.
+std::optional<Finding> UnattributedRule(const Features& f, const AnalysisOptions&) {
+  const double pct = PhasePct(f, "other");
+  const bool compute_phases =
+      PhasePct(f, "forward") + PhasePct(f, "backward") + PhasePct(f, "optimizer") > 0;
+  if (f.steps == 0 || !compute_phases || pct < kUnattributedPct) return std::nullopt;
+  Finding x = Make(
+      f, "unattributed",
+      Fmt("%.0f%% of step time is in no known phase; doctor assigns it to no cause", pct), 0, 1.0);
+  x.info = true;
+  Add(x, "unattributed_pct", pct, "%", "step time outside data, forward, backward, optimizer, ...");
+  x.fix =
+      "Mark that code with `with saturate.phase(\"NAME\"):` to see what it is. Work on the "
+      "batch in the loop (a dtype conversion, augmentation) grows with the batch, so a larger "
+      "batch does not amortize it; moving it into the loader's workers overlaps it.";
   return x;
 }
 
@@ -552,6 +705,20 @@ std::optional<Finding> ParallelismRule(const Features& f, const AnalysisOptions&
               k);
       x.fix_value = {{"batch_size_factor", k}};
     }
+    // Idle SMs take a larger batch at little extra time per step, up to ~90% busy.
+    Prediction p;
+    p.metric = "samples/s";
+    p.speedup = std::min(k, kTargetBusyPct / std::max(*busy, 1.0));
+    p.upper_bound = true;
+    auto [rate, metric] = RateNow(f);
+    if (f.loader_batch_size && rate) {
+      p.now = *rate;
+      p.expected = *rate * p.speedup;
+    }
+    p.model = Fmt("GPU busy %.0f%%: batch x%.0f fills idle SMs until it is ~%.0f%% busy", *busy, k,
+                  kTargetBusyPct) +
+              " -> " + GainWords(p);
+    x.prediction = p;
     return x;
   }
   return CpuParallelism(f, explained);
@@ -586,6 +753,10 @@ std::optional<Finding> CopyRule(const Features& f, const AnalysisOptions&) {
           "Copy from pinned memory with non_blocking=True on a side stream, so the next batch "
           "moves while this step computes; saturate.Loader(device=\"cuda\") does both.";
   x.fix_value = {{"pin_memory", 1}};
+  PredictSaving(f, x, f.copy_s.value_or(0),
+                Fmt("copies take %.3g s; overlapped with compute they cost the step nothing",
+                    f.copy_s.value_or(0)),
+                true);
   return x;
 }
 
@@ -619,6 +790,11 @@ std::optional<Finding> CheckpointRule(const Features& f, const AnalysisOptions& 
                   "sqrt(2 x %.3g s x MTBF) with an assumed MTBF of %.0f h.",
                   interval_s, now.c_str(), cost_s, options.assumed_mtbf_s / 3600);
   x.fix_value = {{"checkpoint_interval_s", interval_s}};
+  PredictSaving(f, x, *f.checkpoint_s,
+                Fmt("%lld blocking saves cost %.3g s; written in the background they cost only "
+                    "a snapshot",
+                    (long long)f.checkpoints, *f.checkpoint_s),
+                true);
   return x;
 }
 
@@ -640,6 +816,8 @@ std::optional<Finding> ThrottlingRule(const Features& f, const AnalysisOptions&)
   x.fix =
       "Check cooling and power: nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE; raise the "
       "power limit if it was lowered (nvidia-smi -pl), clean airflow, or ask the operators.";
+  PredictSaving(f, x, x.time_lost_s, "full clocks give back the busy time lost to throttling",
+                false);
   return x;
 }
 
@@ -658,6 +836,10 @@ std::optional<Finding> CommunicationRule(const Features& f, const AnalysisOption
             "accumulate %.0f steps under no_sync() between all-reduces.",
             k);
     comm->fix_value = {{"grad_accumulation_steps", k}};
+    PredictSaving(f, *comm, f.comm_s.value_or(0) * (1 - 1 / k),
+                  Fmt("communication %.3g s; all-reducing every %.0f steps divides it by %.0f",
+                      f.comm_s.value_or(0), k, k),
+                  false);
   }
   // Imbalance among the GPUs in use: the fast ones wait for the slowest.
   std::optional<Finding> imbalance;
@@ -678,6 +860,8 @@ std::optional<Finding> CommunicationRule(const Features& f, const AnalysisOption
         "Balance the work per rank: shard the data evenly (saturate.Loader shards "
         "by rank), equal batch sizes, and look for rank-0-only work (logging, "
         "evaluation) inside the step.";
+    PredictSaving(f, *imbalance, imbalance->time_lost_s,
+                  "balanced GPUs stop waiting for the slowest one", true);
   }
   if (comm && imbalance) return comm->time_lost_s >= imbalance->time_lost_s ? comm : imbalance;
   return comm ? comm : imbalance;
@@ -779,6 +963,7 @@ std::optional<Finding> ModelConfigRule(const Features& f, const AnalysisOptions&
       "cores; keep shapes multiples of 8 and use channels_last for convolutions. The time "
       "lost assumes a conservative 30% saving of GPU time.";
   x.fix_value = {{"precision_bits", 16}};
+  PredictSaving(f, x, x.time_lost_s, "bf16 assumed to save 30% of the GPU's busy time", false);
   return x;
 }
 
@@ -825,6 +1010,11 @@ std::optional<Finding> HostSyncRule(const Features& f, const AnalysisOptions&) {
         "drains the device's queue.)";
   }
   x.fix_value = {{"syncs_per_step", std::max(0.0, per_step - top.per_step)}};
+  if (!x.info) {
+    PredictSaving(f, x, gpu_s,
+                  Fmt("%.3g s blocked in host syncs; without them the GPU queue stays full", gpu_s),
+                  true);
+  }
   return x;
 }
 
@@ -859,8 +1049,34 @@ const std::vector<Rule>& Rules() {
   static const std::vector<Rule> rules = {
       InputPipelineRule, IoBoundRule,    CpuContentionRule, ParallelismRule, CopyRule,
       CheckpointRule,    ThrottlingRule, CommunicationRule, MemoryRule,      IdleAllocationRule,
-      ModelConfigRule,   HostSyncRule,   MonitoringRule};
+      ModelConfigRule,   HostSyncRule,   MonitoringRule,    UnattributedRule};
   return rules;
+}
+
+nlohmann::json OptionalJson(const std::optional<double>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+nlohmann::json PredictionJson(const Prediction& p) {
+  return {{"metric", p.metric},
+          {"now", OptionalJson(p.now)},
+          {"expected", OptionalJson(p.expected)},
+          {"speedup", p.speedup},
+          {"upper_bound", p.upper_bound},
+          {"model", p.model}};
+}
+
+nlohmann::json FixCheckJson(const FixCheck& c) {
+  return {{"knob", c.knob},
+          {"flag", c.flag},
+          {"from", c.from},
+          {"to", c.to},
+          {"predicted_speedup", c.predicted_speedup},
+          {"measured_speedup", c.measured_speedup},
+          {"reliable_gain", c.reliable_gain},
+          {"within_tolerance", c.within_tolerance},
+          {"verdict", c.verdict},
+          {"tune_dir", c.tune_dir}};
 }
 
 nlohmann::json FindingJson(const Finding& x) {
@@ -884,7 +1100,10 @@ nlohmann::json FindingJson(const Finding& x) {
           {"fix_value", std::move(fix_value)},
           {"confidence", x.confidence},
           {"info", x.info},
-          {"sites", SitesJson(x.sites)}};
+          {"sites", SitesJson(x.sites)},
+          {"prediction", x.prediction ? PredictionJson(*x.prediction) : nlohmann::json(nullptr)},
+          {"check", x.check ? FixCheckJson(*x.check) : nlohmann::json(nullptr)},
+          {"demoted", x.demoted}};
 }
 
 }  // namespace
@@ -909,7 +1128,9 @@ std::vector<Finding> RankFindings(std::vector<Finding> findings, double min_time
       ranked.push_back(std::move(x));
     }
   }
+  // A finding whose fix was applied and gave no reliable gain goes last.
   std::stable_sort(ranked.begin(), ranked.end(), [](const Finding& a, const Finding& b) {
+    if (a.demoted != b.demoted) return b.demoted;
     return a.time_lost_s > b.time_lost_s;
   });
   ranked.insert(ranked.end(), std::make_move_iterator(info.begin()),

@@ -434,6 +434,11 @@ doctor::Finding StragglerFinding(const std::vector<RankSteps>& table, const Stra
   if (s.elems_ratio > 0)
     Add(x, "elems_ratio", s.elems_ratio, "x", "its batch elements / the others' median");
   x.fix = fix;
+  // The others' waits at collectives end when the straggler keeps pace.
+  x.prediction = doctor::SavingPrediction(
+      duration_s, s.lost_s, std::nullopt, "steps/s",
+      "the other ranks wait " + Duration(s.others_wait_per_step_s) + " a step for it; that ends",
+      true);
   return x;
 }
 
