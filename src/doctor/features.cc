@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "doctor/analysis.h"
+#include "doctor/check_fix.h"
 
 namespace saturate::doctor {
 namespace {
@@ -852,27 +853,9 @@ Features ComputeFeatures(const Run& run) {
 }
 
 std::optional<std::string> WorkersFlag(const std::vector<std::string>& argv, int64_t value) {
-  static const std::set<std::string_view> kFlags = {"-j",
-                                                    "--workers",
-                                                    "--num-workers",
-                                                    "--num_workers",
-                                                    "--dataloader-num-workers",
-                                                    "--dataloader_num_workers",
-                                                    "--loader-workers",
-                                                    "--data-workers",
-                                                    "--n-workers"};
-  const std::string v = std::to_string(value);
-  for (size_t i = 0; i < argv.size(); ++i) {
-    const std::string& a = argv[i];
-    if (kFlags.contains(a) && i + 1 < argv.size() && argv[i + 1] == v) return a;
-    const size_t eq = a.find('=');
-    if (eq != std::string::npos && kFlags.contains(std::string_view(a).substr(0, eq)) &&
-        a.substr(eq + 1) == v) {
-      return a.substr(0, eq + 1);
-    }
-    if (a.size() > 2 && a.starts_with("-j") && a[2] != '-' && a.substr(2) == v) return "-j";
-  }
-  return std::nullopt;
+  std::optional<FlagValue> at = FindFlagValue(argv, WorkerFlags(), std::to_string(value));
+  if (!at) return std::nullopt;
+  return at->flag;
 }
 
 nlohmann::json SitesJson(const std::vector<SiteStat>& sites) {

@@ -51,6 +51,9 @@ std::string Fmt(const char* fmt, ...) {
   return buf;
 }
 
+// "0.21 s", or "7.4 ms" below a tenth of a second.
+std::string Secs(double s) { return s >= 0.1 ? Fmt("%.3g s", s) : Fmt("%.3g ms", s * 1e3); }
+
 // "1.2 ms", or "15 us" below a tenth of a millisecond (small records).
 std::string CpuTime(double ns) {
   return ns >= 1e5 ? Fmt("%.1f ms", ns / 1e6) : Fmt("%.0f us", ns / 1e3);
@@ -349,8 +352,8 @@ std::optional<StepSplit> SplitStep(const Features& f) {
 void PredictNoWait(const Features& f, Finding& x, const DataWait& w, const std::string& how) {
   if (std::optional<StepSplit> s = SplitStep(f); s && w.from_spans) {
     PredictStep(f, x, s->step_s, s->compute_s,
-                Fmt("data wait %.3g s of %.3g s per step; %s the wait falls to 0 at best",
-                    s->wait_s, s->step_s, how.c_str()),
+                "data wait " + Secs(s->wait_s) + " of " + Secs(s->step_s) + " per step; " + how +
+                    " the wait falls to 0 at best",
                 true);
   } else {
     PredictSaving(f, x, w.lost_s,
@@ -369,10 +372,11 @@ void PredictThreads(const Features& f, Finding& x, const ThreadPlan& plan,
   const double batch = double(*f.loader_batch_size);
   const double new_step_s = std::max(s->compute_s, batch / plan.feed_per_s);
   PredictStep(f, x, s->step_s, new_step_s,
-              Fmt("data wait %.3g s of %.3g s per step; with %s=%.0f the loader feeds %.0f "
-                  "samples/s, so a step of %.0f samples waits ~%.3g s",
-                  s->wait_s, s->step_s, knob.c_str(), plan.threads, plan.feed_per_s, batch,
-                  new_step_s - s->compute_s),
+              "data wait " + Secs(s->wait_s) + " of " + Secs(s->step_s) + " per step; " +
+                  Fmt("with %s=%.0f the loader feeds %.0f samples/s, so a step of %.0f samples "
+                      "waits ~",
+                      knob.c_str(), plan.threads, plan.feed_per_s, batch) +
+                  Secs(new_step_s - s->compute_s),
               false);
 }
 
@@ -634,12 +638,12 @@ std::optional<Finding> CpuParallelism(const Features& f, double explained_s) {
   p.speedup = speedup;
   p.upper_bound = !fixed_costs;
   p.model = fixed_costs
-                ? Fmt("fixed %.0f%% of a %.3g s step (%s) stays per step while the rest grows "
-                      "with the batch: batch x%.0f gives k/(fixed + k(1 - fixed))",
-                      fixed_pct, f.step_time_mean_s.value_or(0),
-                      short_steps ? "optimizer, and half the rest assumed operator dispatch"
-                                  : "optimizer",
-                      k)
+                ? Fmt("fixed %.0f%% of a ", fixed_pct) + Secs(f.step_time_mean_s.value_or(0)) +
+                      Fmt(" step (%s) stays per step while the rest grows with the batch: batch "
+                          "x%.0f gives k/(fixed + k(1 - fixed))",
+                          short_steps ? "optimizer, and half the rest assumed operator dispatch"
+                                      : "optimizer",
+                          k)
                 : Fmt("the job used %.1f of %.1f free cores; a batch x%.0f spread over all of "
                       "them",
                       used, used + idle, k);

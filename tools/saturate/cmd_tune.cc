@@ -26,6 +26,7 @@
 #include "tune/search.h"
 #include "tune/space.h"
 #include "tune/tuner.h"
+#include "tune_trials.h"
 #include "watch_session.h"
 
 namespace saturate::cli {
@@ -56,45 +57,6 @@ struct TuneFlags {
   bool no_html = false;
   std::vector<std::string> command;
 };
-
-std::string Fmt(const char* fmt, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), fmt, v);
-  return buf;
-}
-
-// The line printed on stderr as each trial ends.
-std::string TrialLine(const json& row, size_t estimated) {
-  std::string line = "trial " + std::to_string(row["id"].get<int>()) + "/~" +
-                     std::to_string(estimated) + " " + row["stage"].get<std::string>() + ": ";
-  for (const auto& [k, v] : row["config"].items()) line += k + "=" + v.get<std::string>() + " ";
-  line += "-> ";
-  if (row.contains("throughput")) {
-    line += Fmt("%.4g ", row["throughput"].get<double>()) + row.value("unit", std::string());
-  } else {
-    line += row["status"].get<std::string>();
-    if (row["status"] == "failed")
-      line += " (exit " + std::to_string(row["exit_code"].get<int>()) + ")";
-  }
-  return line;
-}
-
-// Prints each trial's line above the progress bar.
-tune::TrialCallback PrintTrials(const char* name, ProgressBar* bar) {
-  return [name, bar](const tune::TrialProgress& p) {
-    bar->Finish();
-    std::fprintf(stderr, "saturate %s: %s\n", name, TrialLine(p.row, p.estimated).c_str());
-    bar->Update(p.done, std::max(p.done, p.estimated));
-  };
-}
-
-// "--trial-seconds 45" means seconds; "45s", "2min" work too.
-Result<int64_t> ParseSeconds(const char* flag, const std::string& text) {
-  const bool bare = !text.empty() && text.find_first_not_of("0123456789.") == std::string::npos;
-  Result<int64_t> ns = ParseDurationNs(bare ? text + "s" : text);
-  if (!ns.ok()) return ns.status().WithContext(flag);
-  return ns;
-}
 
 // tune.json and report.html, then the summary table on stdout.
 Status WriteOutputs(const std::string& root, const json& result, bool html) {
