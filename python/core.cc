@@ -151,6 +151,18 @@ nb::dict StatsDict(const feed::LoaderStats& s) {
   d["h2d_bytes"] = s.h2d_bytes;
   d["h2d_batches"] = s.h2d_batches;
   d["device_buffers"] = s.device_buffers;
+  // Remote datasets (zero for local ones).
+  d["remote_requests"] = s.remote.requests;
+  d["remote_bytes_fetched"] = s.remote.bytes_fetched;
+  d["remote_retries"] = s.remote.retries;
+  d["remote_errors"] = s.remote.errors;
+  d["remote_request_ns"] = s.remote.request_ns;
+  d["remote_in_flight"] = s.remote.in_flight;
+  d["cache_hits"] = s.remote.cache_hits;
+  d["cache_misses"] = s.remote.cache_misses;
+  d["cache_checksum_failures"] = s.remote.cache_checksum_failures;
+  d["cache_write_errors"] = s.remote.cache_write_errors;
+  d["cache_evictions"] = s.remote.cache_evictions;
   return d;
 }
 
@@ -489,17 +501,23 @@ NB_MODULE(_core, m) {
              std::optional<uint32_t> world_size, bool drop_uneven, int threads, int prefetch,
              uint64_t ram_cap_bytes, int max_held_batches, bool skip_bad,
              const std::vector<std::string>& transforms, const std::string& device,
-             int device_prefetch) {
-            new (self)
-                PyLoader(MakeLoaderOptions(dataset, batch_size, shuffle, seed, drop_last, rank,
-                                           world_size, drop_uneven, threads, prefetch,
-                                           ram_cap_bytes, max_held_batches, skip_bad, transforms),
-                         device, device_prefetch);
+             int device_prefetch, const std::string& endpoint, const std::string& cache_dir,
+             uint64_t cache_bytes, uint64_t readahead_bytes, int remote_requests) {
+            feed::LoaderOptions o = MakeLoaderOptions(
+                dataset, batch_size, shuffle, seed, drop_last, rank, world_size, drop_uneven,
+                threads, prefetch, ram_cap_bytes, max_held_batches, skip_bad, transforms);
+            o.remote.endpoint = endpoint;
+            o.remote.cache_dir = cache_dir;
+            o.remote.cache_bytes = cache_bytes;
+            o.remote.readahead_bytes = readahead_bytes;
+            o.remote.requests = remote_requests;
+            new (self) PyLoader(o, device, device_prefetch);
           },
           "dataset"_a, "batch_size"_a, "shuffle"_a, "seed"_a, "drop_last"_a, "rank"_a.none(),
           "world_size"_a.none(), "drop_uneven"_a, "threads"_a, "prefetch"_a, "ram_cap_bytes"_a,
           "max_held_batches"_a, "skip_bad"_a, "transforms"_a, "device"_a = "cpu",
-          "device_prefetch"_a = 2)
+          "device_prefetch"_a = 2, "endpoint"_a = "", "cache_dir"_a = "", "cache_bytes"_a = 0,
+          "readahead_bytes"_a = 0, "remote_requests"_a = 0)
       .def("next", &PyLoader::Next, "framework"_a, "with_info"_a = false, "stream"_a = 0)
       .def("set_epoch", &PyLoader::SetEpoch, "epoch"_a)
       .def("state_json", &PyLoader::StateJson)

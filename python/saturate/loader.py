@@ -104,6 +104,15 @@ class Loader:
       device: "cpu", or "cuda" / "cuda:N" to receive batches in GPU memory (see the
         module docs); raises saturate.errors.UnavailableError where there is no GPU.
       device_prefetch: batches copied to the GPU ahead of the one being used.
+      endpoint: remote datasets (``s3://bucket/prefix``, ``http(s)://...``): the S3 endpoint
+        (default ``AWS_ENDPOINT_URL``, else AWS). See docs/remote.md.
+      cache_dir: a local directory that keeps fetched shard blocks (default
+        ``SATURATE_CACHE_DIR``; none: every epoch fetches again). Safe to share between the
+        ranks of a node.
+      cache_bytes: the cache's byte budget (default ``SATURATE_CACHE_BYTES``, else half the
+        free space, at most 64 GiB); least recently used blocks go first.
+      readahead_bytes: how far ahead of the reads fetching may go (0: 64 MiB).
+      remote_requests: concurrent requests (0: 8).
     """
 
     def __init__(
@@ -126,6 +135,11 @@ class Loader:
         ram_cap_bytes: int = 0,
         device: str = "cpu",
         device_prefetch: int = 2,
+        endpoint: Optional[str] = None,
+        cache_dir: Optional[Union[str, os.PathLike]] = None,
+        cache_bytes: int = 0,
+        readahead_bytes: int = 0,
+        remote_requests: int = 0,
     ):
         if framework not in _FRAMEWORKS:
             raise ValueError(f"framework: {framework!r} (use one of {', '.join(_FRAMEWORKS)})")
@@ -155,6 +169,11 @@ class Loader:
             transforms=[field_spec(f, t) for f, t in (transforms or {}).items()],
             device=device,
             device_prefetch=device_prefetch,
+            endpoint=endpoint or "",
+            cache_dir=os.fspath(cache_dir) if cache_dir is not None else "",
+            cache_bytes=cache_bytes,
+            readahead_bytes=readahead_bytes,
+            remote_requests=remote_requests,
         )
         self._device = device
         self._epoch = 0

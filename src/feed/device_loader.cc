@@ -153,7 +153,9 @@ class DeviceLoader::Impl {
       return Status::InvalidArgument("max_held_batches must be at least 1");
     }
     // The schema says which fields are images; their conversion moves to the GPU.
-    SATURATE_ASSIGN_OR_RETURN(auto dataset, format::Dataset::Open(options.dataset));
+    format::ReaderOptions reader;
+    reader.remote = options.remote;
+    SATURATE_ASSIGN_OR_RETURN(auto dataset, format::Dataset::Open(options.dataset, reader));
     LoaderOptions host = options;
     for (const format::FieldSpec& spec : dataset->schema().fields) {
       if (spec.kind != format::FieldKind::kImage) continue;

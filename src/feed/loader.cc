@@ -318,6 +318,7 @@ class Loader::Impl {
     s.threads = threads_;
     s.prefetch = prefetch_;
     s.autotune_reason = last_reason_;
+    if (dataset_->remote()) s.remote = dataset_->remote_stats();
     return s;
   }
 
@@ -428,6 +429,11 @@ class Loader::Impl {
     epoch_ = epoch;
     sampler_.EpochIndices(epoch, &order_);
     next_order_ready_ = false;
+    if (dataset_->remote()) {  // the remote reader fetches ahead in this order
+      dataset_->PlanReads(std::span<const uint64_t>(order_).subspan(
+                              std::min<uint64_t>(order_.size(), first * options_.batch_size)),
+                          /*replace=*/true);
+    }
     base_ = 0;  // nothing is in flight: the numbering may restart
     delivered_ = first;
     cursor_batch_ = first;
@@ -452,6 +458,7 @@ class Loader::Impl {
       order_.swap(next_order_);
     } else {
       sampler_.EpochIndices(epoch_, &order_);
+      if (dataset_->remote()) dataset_->PlanReads(order_, /*replace=*/false);
     }
     next_order_ready_ = false;
     delivered_ = 0;
@@ -513,6 +520,7 @@ class Loader::Impl {
       if (ahead && !next_order_ready_) {
         sampler_.EpochIndices(epoch_ + 1, &next_order_);
         next_order_ready_ = true;
+        if (dataset_->remote()) dataset_->PlanReads(next_order_, /*replace=*/false);
       }
       const std::vector<uint64_t>& order = ahead ? next_order_ : order_;
       const uint64_t epoch = epoch_ + (ahead ? 1 : 0);
@@ -649,7 +657,9 @@ Loader::~Loader() = default;
 
 Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   if (options.batch_size == 0) return Status::InvalidArgument("batch_size must be positive");
-  SATURATE_ASSIGN_OR_RETURN(auto dataset, format::Dataset::Open(options.dataset));
+  format::ReaderOptions reader;
+  reader.remote = options.remote;
+  SATURATE_ASSIGN_OR_RETURN(auto dataset, format::Dataset::Open(options.dataset, reader));
   ShardSpec shard;
   if (options.rank || options.world_size) {
     shard.rank = options.rank.value_or(0);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 
 #include "base/file.h"
 #include "format/shard_format.h"
@@ -10,8 +11,8 @@ namespace saturate::format {
 
 struct Dataset::Shard {
   std::string name;
-  std::unique_ptr<ReadOnlyFile> file;
-  std::vector<IndexEntry> index;  // decoded and geometry-checked at Open()
+  std::unique_ptr<ReadOnlyFile> file;  // null for a remote shard
+  std::vector<IndexEntry> index;       // decoded and geometry-checked at Open()
 };
 
 std::span<const std::byte> Record::field(size_t i) const {
@@ -21,31 +22,48 @@ std::span<const std::byte> Record::field(size_t i) const {
 
 namespace {
 
+// Reads `n` bytes at `offset` of a shard (into *scratch unless mapped).
+using ShardRead = std::function<Result<std::span<const std::byte>>(
+    uint64_t offset, uint64_t n, std::vector<std::byte>* scratch)>;
+
+Status CheckShard(const ShardInfo& info, const Schema& schema, uint64_t fingerprint, uint64_t size,
+                  const ShardRead& read, std::vector<IndexEntry>* index);
+
 // Reads and checks a shard's header, footer and index.
 Status OpenShard(const std::string& dir, const ShardInfo& info, const Schema& schema,
                  uint64_t fingerprint, bool use_mmap, std::unique_ptr<ReadOnlyFile>* file,
                  std::vector<IndexEntry>* index) {
   SATURATE_ASSIGN_OR_RETURN(*file, ReadOnlyFile::Open(dir + "/" + info.file, use_mmap));
   const ReadOnlyFile& f = **file;
-  if (f.size() != info.bytes) {
-    return Status::Corruption("size " + std::to_string(f.size()) + " differs from manifest (" +
+  return CheckShard(
+      info, schema, fingerprint, f.size(),
+      [&f](uint64_t offset, uint64_t n, std::vector<std::byte>* scratch) {
+        return f.Read(offset, n, scratch);
+      },
+      index);
+}
+
+Status CheckShard(const ShardInfo& info, const Schema& schema, uint64_t fingerprint, uint64_t size,
+                  const ShardRead& read, std::vector<IndexEntry>* index) {
+  if (size != info.bytes) {
+    return Status::Corruption("size " + std::to_string(size) + " differs from manifest (" +
                               std::to_string(info.bytes) + ")");
   }
   std::vector<std::byte> scratch;
-  SATURATE_ASSIGN_OR_RETURN(auto head, f.Read(0, kHeaderBytes, &scratch));
+  SATURATE_ASSIGN_OR_RETURN(auto head, read(0, kHeaderBytes, &scratch));
   SATURATE_ASSIGN_OR_RETURN(ShardHeader header, DecodeHeader(head));
   if (header.num_fields != schema.fields.size() || header.schema_fingerprint != fingerprint) {
     return Status::Corruption("shard schema differs from the manifest's schema");
   }
-  SATURATE_ASSIGN_OR_RETURN(auto tail, f.Read(f.size() - kFooterBytes, kFooterBytes, &scratch));
+  SATURATE_ASSIGN_OR_RETURN(auto tail, read(size - kFooterBytes, kFooterBytes, &scratch));
   SATURATE_ASSIGN_OR_RETURN(ShardFooter footer, DecodeFooter(tail));
-  SATURATE_RETURN_IF_ERROR(CheckFooterGeometry(footer, f.size()));
+  SATURATE_RETURN_IF_ERROR(CheckFooterGeometry(footer, size));
   if (footer.record_count != info.records) {
     return Status::Corruption("holds " + std::to_string(footer.record_count) +
                               " records, manifest says " + std::to_string(info.records));
   }
   SATURATE_ASSIGN_OR_RETURN(
-      auto raw, f.Read(footer.index_offset, footer.record_count * kIndexEntryBytes, &scratch));
+      auto raw, read(footer.index_offset, footer.record_count * kIndexEntryBytes, &scratch));
   if (Checksum(raw) != footer.index_xxh3) {
     return Status::Corruption("index checksum mismatch at offset " +
                               std::to_string(footer.index_offset));
@@ -75,10 +93,110 @@ Dataset::~Dataset() = default;
 
 bool Dataset::mapped() const {
   return std::all_of(shards_.begin(), shards_.end(),
-                     [](const Shard& s) { return s.file->mapped(); });
+                     [](const Shard& s) { return s.file != nullptr && s.file->mapped(); });
+}
+
+Result<std::unique_ptr<Dataset>> Dataset::OpenRemote(const std::string& url,
+                                                     ReaderOptions options) {
+  SATURATE_ASSIGN_OR_RETURN(remote::ObjectUrl where, remote::ParseObjectUrl(url));
+  remote::StoreOptions so;
+  so.endpoint = options.remote.endpoint;
+  so.retry = options.remote.retry;
+  SATURATE_ASSIGN_OR_RETURN(std::shared_ptr<remote::ObjectStore> store,
+                            remote::OpenObjectStore(where, so));
+  const std::string manifest_name(kManifestFile);
+  auto text = store->Get(manifest_name);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return Status::NotFound(url + ": not a saturate dataset (" + text.status().message() +
+                              "; an interrupted pack leaves no " + manifest_name + ")");
+    }
+    return text.status();
+  }
+  SATURATE_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(*text, where.Describe(manifest_name)));
+  std::vector<remote::ObjectInfo> objects;
+  for (const ShardInfo& info : manifest.shards) objects.push_back({info.file, info.bytes});
+  const std::string identity = url + "\n" + *text;
+  char id[24];
+  std::snprintf(id, sizeof(id), "%016llx",
+                static_cast<unsigned long long>(
+                    Checksum(std::as_bytes(std::span(identity.data(), identity.size())))));
+  SATURATE_ASSIGN_OR_RETURN(
+      auto reader, remote::RangeReader::Open(store, std::move(objects), id, options.remote));
+  std::unique_ptr<Dataset> ds(new Dataset(url, std::move(manifest), options));
+  const uint64_t fingerprint = SchemaFingerprint(ds->schema());
+  for (uint32_t i = 0; i < ds->manifest_.shards.size(); ++i) {
+    const ShardInfo& info = ds->manifest_.shards[i];
+    Shard shard{info.file, nullptr, {}};
+    auto read = [&](uint64_t offset, uint64_t n,
+                    std::vector<std::byte>* scratch) -> Result<std::span<const std::byte>> {
+      if (offset > info.bytes || n > info.bytes - offset) {
+        return Status::Corruption("range " + std::to_string(offset) + "+" + std::to_string(n) +
+                                  " outside the shard");
+      }
+      scratch->resize(n);
+      SATURATE_RETURN_IF_ERROR(store->GetRange(info.file, offset, *scratch));
+      return std::span<const std::byte>(*scratch);
+    };
+    Status s = CheckShard(info, ds->schema(), fingerprint, info.bytes, read, &shard.index);
+    if (!s.ok()) return s.WithContext(where.Describe(info.file));
+    ds->shard_start_.push_back(ds->total_records_);
+    ds->total_records_ += info.records;
+    ds->shards_.push_back(std::move(shard));
+  }
+  ds->remote_ = std::move(reader);
+  return ds;
+}
+
+void Dataset::PlanReads(std::span<const uint64_t> indices, bool replace) const {
+  if (!remote_) return;
+  std::vector<remote::ByteRange> ranges;
+  ranges.reserve(indices.size());
+  for (uint64_t index : indices) {
+    if (index >= total_records_) continue;
+    const auto [shard, local] = Locate(index);
+    const IndexEntry& e = shard->index[local];
+    ranges.push_back({static_cast<uint32_t>(shard - shards_.data()), e.offset, e.length});
+  }
+  remote_->Plan(ranges, replace);
+}
+
+remote::RemoteStats Dataset::remote_stats() const {
+  return remote_ ? remote_->stats() : remote::RemoteStats{};
+}
+
+Result<Record> Dataset::GetRemote(uint64_t index, const Shard& shard, uint64_t local) const {
+  const IndexEntry& e = shard.index[local];
+  const remote::ByteRange range{static_cast<uint32_t>(&shard - shards_.data()), e.offset, e.length};
+  auto where = [&] {
+    return remote_->store().Describe(shard.name) + ": record " + std::to_string(local) +
+           " at offset " + std::to_string(e.offset);
+  };
+  for (int attempt = 0;; ++attempt) {
+    auto bytes = remote_->Read(range);
+    if (!bytes.ok()) return bytes.status().WithContext(where());
+    const std::span<const std::byte> view(bytes->get(), e.length);
+    Status st = options_.verify_checksums ? CheckRecordChecksum(view, e) : Status::OK();
+    if (st.ok()) st = CheckFieldTable(view, schema());
+    if (st.ok()) {
+      Record rec;
+      rec.owned_ = std::move(*bytes);
+      rec.bytes_ = rec.owned_.get();
+      rec.num_fields_ = schema().fields.size();
+      rec.index_ = index;
+      return rec;
+    }
+    // A cached copy may be what is bad: drop it and fetch from the source once.
+    if (attempt == 0 && remote_->cached()) {
+      remote_->Invalidate(range);
+      continue;
+    }
+    return st.WithContext(where());
+  }
 }
 
 Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, ReaderOptions options) {
+  if (remote::IsRemoteUrl(dir)) return OpenRemote(dir, std::move(options));
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
     return Status::NotFound(dir + ": not a saturate dataset (not a directory)");
@@ -117,6 +235,7 @@ std::pair<const Dataset::Shard*, uint64_t> Dataset::Locate(uint64_t index) const
 void Dataset::Prefetch(uint64_t index, uint64_t max_bytes) const {
   if (index >= total_records_) return;
   const auto [shard, local] = Locate(index);
+  if (shard->file == nullptr) return;  // remote: PlanReads does the read-ahead
   const IndexEntry& e = shard->index[local];
   shard->file->Prefetch(e.offset, std::min(e.length, max_bytes));
 }
@@ -128,6 +247,7 @@ Result<Record> Dataset::Get(uint64_t index) const {
   }
   const auto [shard_ptr, local] = Locate(index);
   const Shard& shard = *shard_ptr;
+  if (shard.file == nullptr) return GetRemote(index, shard, local);
   const IndexEntry& e = shard.index[local];
 
   Record rec;

@@ -375,10 +375,13 @@ class CurlStore final : public ObjectStore {
     curl_easy_setopt(c, CURLOPT_HEADERDATA, resp);
     curl_slist* headers = nullptr;
     for (const std::string& h : req->headers) headers = curl_slist_append(headers, h.c_str());
-    headers = curl_slist_append(headers, "Expect:");
+    // No "Expect:" override: curl 7.88 signs the empty header it then omits.
     if (req->has_body) {
-      // The body as POST fields, so SigV4 hashes it; the method overridden.
+      // The body as POST fields, the method overridden. curl 7.88's SigV4
+      // hash of POST fields is refused by S3 servers, so the payload is
+      // declared unsigned (allowed by S3; TLS protects it in transit).
       headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
+      headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
       curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req->body.size()));
       curl_easy_setopt(c, CURLOPT_POSTFIELDS,
                        req->body.empty() ? "" : reinterpret_cast<const char*>(req->body.data()));

@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "feed/measure.h"
 #include "feed_run.h"
+#include "remote_flags.h"
 #include "saturate/feed/device_loader.h"
 #include "saturate/feed/loader.h"
 
@@ -30,6 +31,7 @@ struct FeedFlags {
   std::string device = "cpu";
   bool digest = false;
   bool json = false;
+  remote::RemoteOptions remote;
 };
 
 // XXH3-64 over every output tensor's bytes, batch by batch in delivery order:
@@ -76,6 +78,7 @@ Result<feed::LoaderOptions> MakeOptions(const FeedFlags& f) {
   o.seed = f.seed;
   o.shuffle = !f.no_shuffle;
   o.skip_bad = f.skip_bad;
+  o.remote = f.remote;
   SATURATE_ASSIGN_OR_RETURN(o.threads, ParseAuto("--threads", f.threads));
   SATURATE_ASSIGN_OR_RETURN(o.prefetch, ParseAuto("--prefetch", f.prefetch));
   SATURATE_ASSIGN_OR_RETURN(o.fields, ParseTransforms(f.transforms));
@@ -139,6 +142,19 @@ int RunFeed(const FeedFlags& f) {
         {"device", f.device},
         {"h2d_bytes", end.h2d_bytes - at_start.h2d_bytes}};
     if (f.digest) j["digest"] = digest.Hex();
+    if (end.remote.requests > 0) {
+      const remote::RemoteStats& r = end.remote;
+      j["remote"] = {{"requests", r.requests},
+                     {"bytes_fetched", r.bytes_fetched},
+                     {"retries", r.retries},
+                     {"errors", r.errors},
+                     {"request_ns", r.request_ns},
+                     {"cache_hits", r.cache_hits},
+                     {"cache_misses", r.cache_misses},
+                     {"cache_checksum_failures", r.cache_checksum_failures},
+                     {"cache_write_errors", r.cache_write_errors},
+                     {"cache_evictions", r.cache_evictions}};
+    }
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
@@ -154,6 +170,19 @@ int RunFeed(const FeedFlags& f) {
   if (end.skipped)
     std::printf("skipped %llu bad samples\n", static_cast<unsigned long long>(end.skipped));
   if (f.digest) std::printf("output digest (XXH3-64 of every batch): %s\n", digest.Hex().c_str());
+  if (end.remote.requests > 0) {
+    const remote::RemoteStats& r = end.remote;
+    const uint64_t blocks = r.cache_hits + r.cache_misses;
+    std::printf("remote: %llu requests, %s fetched, %llu retries, %.1f ms mean latency",
+                static_cast<unsigned long long>(r.requests), FormatBytes(r.bytes_fetched).c_str(),
+                static_cast<unsigned long long>(r.retries),
+                static_cast<double>(r.request_ns) / 1e6 / static_cast<double>(r.requests));
+    if (blocks > 0) {
+      std::printf("; cache hit ratio %.1f%%",
+                  100.0 * static_cast<double>(r.cache_hits) / static_cast<double>(blocks));
+    }
+    std::printf("\n");
+  }
   return kExitOk;
 }
 
@@ -165,7 +194,8 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   auto f = std::make_shared<FeedFlags>();
   CLI::App* cmd = bench->add_subcommand(
       "feed", "Run the loader over a dataset as fast as it goes: samples/s and where time goes");
-  cmd->add_option("DATASET", f->dataset, "Dataset directory")->required();
+  cmd->add_option("DATASET", f->dataset, "Dataset directory, or s3:// / http(s):// URL")
+      ->required();
   cmd->add_option("--threads", f->threads, "Decode threads: N or auto")->capture_default_str();
   cmd->add_option("--prefetch", f->prefetch, "Batches in flight: N or auto")->capture_default_str();
   cmd->add_option("-b,--batch", f->batch, "Batch size")
@@ -192,6 +222,7 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", f->json,
                 "One JSON object: images_per_s, batches, threads, prefetch, "
                 "wait_ns_total, elapsed_s, per-stage times, CPU");
+  AddRemoteFlags(cmd, &f->remote);
   cmd->callback([exit_code, f] { *exit_code = RunFeed(*f); });
 }
 

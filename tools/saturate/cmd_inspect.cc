@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "image/codec.h"
+#include "remote_flags.h"
 #include "saturate/format/reader.h"
 
 namespace saturate::cli {
@@ -18,6 +19,7 @@ struct InspectFlags {
   std::string dataset;
   uint64_t record = 0;
   bool json = false;
+  remote::RemoteOptions remote;
 };
 
 constexpr size_t kPreview = 8;  // array elements / text bytes shown
@@ -93,7 +95,9 @@ json DescribeField(const FieldSpec& spec, const format::Record& rec, size_t fiel
 }
 
 int RunInspect(const InspectFlags& f) {
-  auto ds = format::Dataset::Open(f.dataset);
+  format::ReaderOptions reader;
+  reader.remote = f.remote;
+  auto ds = format::Dataset::Open(f.dataset, reader);
   if (!ds.ok()) return ReportError("inspect", ds.status());
   const format::Manifest& m = (*ds)->manifest();
   json sample = nullptr;
@@ -144,9 +148,11 @@ void RegisterInspect(CLI::App& app, int* exit_code) {
   auto f = std::make_shared<InspectFlags>();
   CLI::App* cmd = app.add_subcommand(
       "inspect", "Print a dataset's schema, counts, sizes, class names and one sample record");
-  cmd->add_option("DATASET", f->dataset, "Dataset directory")->required();
+  cmd->add_option("DATASET", f->dataset, "Dataset directory, or s3:// / http(s):// URL")
+      ->required();
   cmd->add_option("-r,--record", f->record, "Which record to show")->capture_default_str();
   cmd->add_flag("--json", f->json, "Machine-readable output");
+  AddRemoteFlags(cmd, &f->remote);
   cmd->callback([exit_code, f] { *exit_code = RunInspect(*f); });
 }
 

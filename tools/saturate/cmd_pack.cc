@@ -1,8 +1,13 @@
 // saturate pack folder|table|idx: build a dataset from images, a table or IDX files.
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "remote_flags.h"
 #include "saturate/pack/pack.h"
 
 namespace saturate::cli {
@@ -19,6 +24,8 @@ struct PackFlags {
   int restart_rows = -1;
   bool json = false;
   bool quiet = false;
+  remote::RemoteOptions remote;  // OUT as s3://bucket/prefix
+  std::string multipart_bytes = "64MiB";
 };
 
 void AddCommonFlags(CLI::App* cmd, PackFlags* f) {
@@ -51,6 +58,10 @@ void AddCommonFlags(CLI::App* cmd, PackFlags* f) {
       ->option_text("mcu|N=mcu");
   cmd->add_flag("--json", f->json, "Print the summary as JSON");
   cmd->add_flag("-q,--quiet", f->quiet, "No progress bar");
+  AddRemoteFlags(cmd, &f->remote, /*cache=*/false);
+  cmd->add_option("--multipart-bytes", f->multipart_bytes,
+                  "OUT as s3://: upload shards larger than this as multipart uploads")
+      ->capture_default_str();
 }
 
 void PrintSummary(const std::string& out, const pack::PackSummary& s, bool json) {
@@ -98,8 +109,36 @@ int RunPack(const std::string& out, const PackFlags& flags, PackFn pack_fn) {
       bar.Update(p.items_done, p.items_total, p.bytes_written);
     };
   }
-  Result<pack::PackSummary> summary = pack_fn(options);
+  // OUT as s3://bucket/prefix: pack into a local staging directory, then
+  // upload the shards and, last, the manifest (remote::UploadDataset).
+  std::string local = out, staging;
+  auto multipart = ParseSize(flags.multipart_bytes);
+  if (!multipart.ok()) {
+    return ReportError("pack", multipart.status().WithContext("--multipart-bytes"));
+  }
+  if (remote::IsRemoteUrl(out)) {
+    std::string tmpl = (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
+                       std::string("/saturate-pack-XXXXXX");
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      return ReportError("pack", Status::FromErrno("staging directory " + tmpl, errno));
+    }
+    staging = tmpl;
+    local = staging + "/dataset";
+  }
+  Result<pack::PackSummary> summary = pack_fn(options, local);
   bar.Finish();
+  if (summary.ok() && !staging.empty()) {
+    remote::StoreOptions store;
+    store.endpoint = flags.remote.endpoint;
+    store.multipart_threshold_bytes = *multipart;
+    store.part_bytes = std::clamp<uint64_t>(*multipart, uint64_t{5} << 20, uint64_t{16} << 20);
+    Status up = remote::UploadDataset(local, out, flags.force, store);
+    if (!up.ok()) summary = up.WithContext("uploading to " + out);
+  }
+  if (!staging.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(staging, ec);
+  }
   if (!summary.ok()) return ReportError("pack", summary.status());
   PrintSummary(out, *summary, flags.json);
   return kExitOk;
@@ -136,19 +175,22 @@ void RegisterPack(CLI::App& app, int* exit_code) {
   CLI::App* folder = pack->add_subcommand(
       "folder", "From a torchvision ImageFolder tree: ROOT/<class>/<image>.{jpg,png}");
   folder->add_option("ROOT", st->folder_in, "Input folder")->required();
-  folder->add_option("OUT", st->folder_out, "Output dataset directory")->required();
+  folder->add_option("OUT", st->folder_out, "Output dataset directory, or s3://bucket/prefix")
+      ->required();
   AddCommonFlags(folder, &st->folder_flags);
   folder->callback([exit_code, st] {
-    *exit_code = RunPack(st->folder_out, st->folder_flags, [&st](const pack::PackOptions& o) {
-      return pack::PackImageFolder(st->folder_in, st->folder_out, o);
-    });
+    *exit_code = RunPack(st->folder_out, st->folder_flags,
+                         [&st](const pack::PackOptions& o, const std::string& out) {
+                           return pack::PackImageFolder(st->folder_in, out, o);
+                         });
   });
 
   CLI::App* table = pack->add_subcommand(
       "table",
       "From a CSV or JSON Lines file: one row per image, a path column and a label column");
   table->add_option("TABLE", st->table_in, "Input .csv, .jsonl or .ndjson file")->required();
-  table->add_option("OUT", st->table_out, "Output dataset directory")->required();
+  table->add_option("OUT", st->table_out, "Output dataset directory, or s3://bucket/prefix")
+      ->required();
   table
       ->add_option("--path-column", st->table_spec.path_column,
                    "Column with image paths (relative to TABLE's folder)")
@@ -159,9 +201,10 @@ void RegisterPack(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   AddCommonFlags(table, &st->table_flags);
   table->callback([exit_code, st] {
-    *exit_code = RunPack(st->table_out, st->table_flags, [&st](const pack::PackOptions& o) {
-      return pack::PackTable(st->table_in, st->table_spec, st->table_out, o);
-    });
+    *exit_code = RunPack(st->table_out, st->table_flags,
+                         [&st](const pack::PackOptions& o, const std::string& out) {
+                           return pack::PackTable(st->table_in, st->table_spec, out, o);
+                         });
   });
 
   CLI::App* idx = pack->add_subcommand(
@@ -170,15 +213,18 @@ void RegisterPack(CLI::App& app, int* exit_code) {
       ->required();
   idx->add_option("LABELS", st->idx_labels, "labels IDX file (e.g. train-labels-idx1-ubyte.gz)")
       ->required();
-  idx->add_option("OUT", st->idx_out, "Output dataset directory")->required();
+  idx->add_option("OUT", st->idx_out, "Output dataset directory, or s3://bucket/prefix")
+      ->required();
   idx->add_option("--class-names", st->idx_classes, "Comma-separated class names, label 0 first");
   AddCommonFlags(idx, &st->idx_flags);
   idx->callback([exit_code, st] {
-    *exit_code = RunPack(st->idx_out, st->idx_flags, [&st](const pack::PackOptions& o) {
-      pack::IdxSpec spec{st->idx_images, st->idx_labels, {}};
-      if (!st->idx_classes.empty()) spec.class_names = SplitCommas(st->idx_classes);
-      return pack::PackIdx(spec, st->idx_out, o);
-    });
+    *exit_code = RunPack(st->idx_out, st->idx_flags,
+                         [&st](const pack::PackOptions& o, const std::string& out) {
+                           pack::IdxSpec spec{st->idx_images, st->idx_labels, {}};
+                           if (!st->idx_classes.empty())
+                             spec.class_names = SplitCommas(st->idx_classes);
+                           return pack::PackIdx(spec, out, o);
+                         });
   });
 }
 

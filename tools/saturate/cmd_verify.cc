@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "remote_flags.h"
 #include "saturate/format/verify.h"
 
 namespace saturate::cli {
@@ -14,6 +15,7 @@ struct VerifyFlags {
   bool json = false;
   bool no_mmap = false;
   bool quiet = false;
+  remote::RemoteOptions remote;
 };
 
 nlohmann::json ProblemJson(const format::VerifyProblem& p) {
@@ -25,6 +27,7 @@ int RunVerify(const VerifyFlags& f) {
   format::VerifyOptions options;
   options.max_problems = f.max_problems;
   options.use_mmap = !f.no_mmap;
+  options.endpoint = f.remote.endpoint;
   if (!f.quiet) options.progress = [&](uint64_t done, uint64_t total) { bar.Update(done, total); };
   auto report = format::VerifyDataset(f.dataset, options);
   bar.Finish();
@@ -61,12 +64,14 @@ void RegisterVerify(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "verify",
       "Check every record's checksum and every index entry; exit 0 only when clean, 1 on problems");
-  cmd->add_option("DATASET", f->dataset, "Dataset directory")->required();
+  cmd->add_option("DATASET", f->dataset, "Dataset directory, or s3:// / http(s):// URL")
+      ->required();
   cmd->add_option("--max-problems", f->max_problems, "List at most this many problems")
       ->capture_default_str();
   cmd->add_flag("--json", f->json, "Machine-readable output");
   cmd->add_flag("--no-mmap", f->no_mmap, "Read with pread instead of mapping the shards");
   cmd->add_flag("-q,--quiet", f->quiet, "No progress bar");
+  AddRemoteFlags(cmd, &f->remote, /*cache=*/false);
   cmd->callback([exit_code, f] { *exit_code = RunVerify(*f); });
 }
 

@@ -43,6 +43,7 @@
 
 #include "saturate/base/status.h"
 #include "saturate/format/schema.h"
+#include "saturate/remote/range_reader.h"
 
 namespace saturate::feed {
 
@@ -141,6 +142,9 @@ struct LoaderOptions {
   bool skip_bad = false;       // drop failing samples (counted) instead of failing
   std::vector<FieldOptions> fields;
   std::shared_ptr<BatchAllocator> allocator;  // default HostAllocator()
+  // s3:// and http(s):// datasets: endpoint, cache directory and budget,
+  // read-ahead window and concurrent requests (docs/remote.md).
+  remote::RemoteOptions remote;
 };
 
 // A view of one output tensor inside a batch buffer.
@@ -203,6 +207,9 @@ struct LoaderStats {
   int threads = 0;  // current values (the autotuner may change them)
   int prefetch = 0;
   std::string autotune_reason;  // why the autotuner last changed them, if it did
+  // Remote datasets: requests, bytes fetched, retries, latency, in-flight
+  // requests and cache counters (all zero for a local dataset).
+  remote::RemoteStats remote;
 };
 
 // What a training loop pulls batches from: a Loader (host memory) or a

@@ -5,10 +5,18 @@
 // returns record i (global index across shards) after checking its checksum
 // and field table, so corrupt bytes are reported, never handed out as data.
 //
+// Remote datasets: `dir` may be an s3://bucket/prefix or http(s):// URL
+// (docs/remote.md). Shards are then read by byte range through a
+// remote::RangeReader; PlanReads() tells it the order records will be read
+// in, so it fetches ahead and coalesces neighbours. Records are checked the
+// same way; a record that fails its checksum is fetched once more, bypassing
+// the local cache, before Corruption is reported (naming the object's URL).
+//
 // Ownership: a Record's views point into the Dataset's mappings (or into a
-// buffer the Record owns, in pread mode); they stay valid while the Dataset
-// lives. Thread-safety: a Dataset is immutable after Open(); Get() may be
-// called from any number of threads at once.
+// buffer the Record owns, in pread and remote mode); they stay valid while
+// the Dataset lives. Thread-safety: a Dataset is immutable after Open() (its
+// read-ahead plan aside, which is internally synchronized); Get(),
+// PlanReads() and remote_stats() may be called from any number of threads.
 #ifndef SATURATE_FORMAT_READER_H_
 #define SATURATE_FORMAT_READER_H_
 
@@ -22,6 +30,7 @@
 
 #include "saturate/base/status.h"
 #include "saturate/format/schema.h"
+#include "saturate/remote/range_reader.h"
 
 namespace saturate {
 class ReadOnlyFile;
@@ -32,6 +41,7 @@ namespace saturate::format {
 struct ReaderOptions {
   bool use_mmap = true;          // false forces the pread path
   bool verify_checksums = true;  // per-record XXH3 on every Get()
+  remote::RemoteOptions remote;  // s3:// and http(s):// datasets only
 };
 
 // One record: a view of its fields, decoded lazily from its field table.
@@ -89,11 +99,20 @@ class Dataset {
   // nothing for an index out of range.
   void Prefetch(uint64_t index, uint64_t max_bytes) const;
 
+  // Remote datasets: records `indices` are read next, in this order
+  // (appended to the plan, or replacing it). A no-op for local datasets.
+  void PlanReads(std::span<const uint64_t> indices, bool replace) const;
+  bool remote() const { return remote_ != nullptr; }
+  // Requests, bytes, retries and cache counters (zero for local datasets).
+  remote::RemoteStats remote_stats() const;
+
  private:
   struct Shard;
   // The shard holding record `index` (< size()) and the index within it.
   std::pair<const Shard*, uint64_t> Locate(uint64_t index) const;
   Dataset(std::string dir, Manifest manifest, ReaderOptions options);
+  static Result<std::unique_ptr<Dataset>> OpenRemote(const std::string& url, ReaderOptions options);
+  Result<Record> GetRemote(uint64_t index, const Shard& shard, uint64_t local) const;
 
   std::string dir_;
   Manifest manifest_;
@@ -101,6 +120,7 @@ class Dataset {
   std::vector<Shard> shards_;
   std::vector<uint64_t> shard_start_;  // global index of each shard's first record
   uint64_t total_records_ = 0;
+  std::unique_ptr<remote::RangeReader> remote_;  // remote datasets only
 };
 
 }  // namespace saturate::format

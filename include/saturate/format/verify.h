@@ -39,6 +39,7 @@ struct VerifyReport {
 struct VerifyOptions {
   size_t max_problems = 20;
   bool use_mmap = true;
+  std::string endpoint;  // s3:// datasets: the S3 endpoint (else AWS_ENDPOINT_URL)
   // Called after each shard with (bytes checked so far, total bytes).
   std::function<void(uint64_t, uint64_t)> progress;
 };
