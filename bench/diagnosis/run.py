@@ -1,0 +1,430 @@
+#!/usr/bin/env python3
+"""saturate doctor's accuracy suite (issue 28): real CPU training loops with
+planted causes, each run unmodified under `saturate doctor`; the fix that the
+top finding names is applied (a scenario flag of train.py), the loop runs
+again, and the measured gain is set against doctor's predicted gain.
+
+    python bench/diagnosis/run.py                  # the full suite (~10 min on 2 cores)
+    python bench/diagnosis/run.py --quick          # fewer steps (CI)
+    python bench/diagnosis/run.py --only inline_loading --json out.json
+
+Prints a table: scenario, planted cause, top finding (and its share of the
+run), right?, predicted gain, measured gain, within +-30%?; then the three goal
+metrics: top finding right (goal >= 9/10), healthy loops with no finding above
+5%, measured gain within +-30% of the prediction (goal >= 80% of findings).
+
+Gains are throughput ratios (after / before, samples/s from findings.json's
+features; for multi-rank runs the first rank's, which is every rank's under DDP).
+"within +-30%" means measured / predicted in [0.7, 1.3].
+
+The CLI: --saturate, else $SATURATE_CLI, else `saturate` on PATH, else
+`python -m saturate`. The torchrun scenario needs torch >= 2's torchrun:
+$SATURATE_TORCH2_PYTHON (e.g. .venv-torch2/bin/python); skipped without it.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+TRAIN = os.path.join(HERE, "train.py")
+MAKE_PHOTOS = os.path.join(REPO, "scripts", "make-photo-dataset")
+TOLERANCE = 0.30
+HEALTHY_MAX_PCT = 5.0
+
+
+class Scenario:
+    """One planted cause (or none, or two). `args` are train.py's flags
+    (PHOTOS stands for the photo dataset); `steps` is (full, quick); `expect`
+    the causes whose top finding counts as right (empty: a healthy loop)."""
+
+    def __init__(self, name, planted, expect, args, steps, ranks=1, straggler=None):
+        self.name, self.planted, self.expect = name, planted, set(expect)
+        self.args, self.steps, self.ranks, self.straggler = args, steps, ranks, straggler
+
+
+PHOTOS = "{PHOTOS}"
+PHOTO = ["--data", PHOTOS]
+# A model with a 64 MB frozen part: each torch.save writes ~65 MB.
+BIG = ["--frozen-mb", "64"]
+TINY = ["-a", "mlp", "--image-size", "32", "--hidden", "2048", "--optimizer", "adam", "-b", "1",
+        "-j", "0", "-p", "50"]
+
+SCENARIOS = [
+    Scenario("inline_loading", "inline loading (-j 0)", ["input_pipeline"],
+             [*PHOTO, "-j", "0", "-b", "32"], (60, 24)),
+    Scenario("few_workers", "too few workers (-j 1, 2 cores)", ["input_pipeline"],
+             [*PHOTO, "-j", "1", "-b", "32"], (80, 30)),
+    Scenario("slow_disk", "slow disk (4 MB/s throttle)", ["io_bound"],
+             [*PHOTO, "-j", "2", "-b", "16", "--read-mbps", "4"], (50, 20)),
+    Scenario("tiny_batch", "tiny batch, fixed optimizer cost", ["parallelism"],
+             TINY, (120, 40)),
+    Scenario("checkpoint", "torch.save every 4 steps (65 MB)", ["checkpoint_stall"],
+             ["--data", "synthetic", *BIG, "-j", "0", "-b", "32", "--save-every", "4"], (120, 40)),
+    Scenario("healthy", "none (compute-bound conv net)", [],
+             ["--data", "synthetic", "--width", "32", "--threads", "2", "-j", "0", "-b", "64"],
+             (50, 16)),
+    Scenario("straggler", "straggler rank 1 (slow disk, torchrun x2)", ["input_pipeline", "io_bound"],
+             [*PHOTO, "-j", "0", "-b", "8", "--threads", "1", "--slow-rank", "1", "--read-mbps", "2"],
+             (60, 20), ranks=2, straggler=1),
+    Scenario("inline+checkpoint", "inline loading + checkpoints", ["input_pipeline",
+                                                                   "checkpoint_stall"],
+             [*PHOTO, *BIG, "-j", "0", "-b", "32", "--save-every", "4"], (60, 24)),
+    Scenario("tiny+checkpoint", "tiny batch + checkpoints", ["parallelism", "checkpoint_stall"],
+             [*TINY, "--save-every", "10"], (120, 40)),
+    Scenario("slow_disk+checkpoint", "slow disk + checkpoints", ["io_bound", "checkpoint_stall"],
+             [*PHOTO, *BIG, "-j", "2", "-b", "16", "--read-mbps", "4", "--save-every", "4"],
+             (50, 20)),
+]
+CPU_SCENARIOS = [s.name for s in SCENARIOS if s.ranks == 1]
+
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+def saturate_cli(explicit=None):
+    if explicit:
+        return explicit.split()
+    if os.environ.get("SATURATE_CLI"):
+        return [os.environ["SATURATE_CLI"]]
+    found = shutil.which("saturate")
+    return [found] if found else [sys.executable, "-m", "saturate"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def flag(args, name, default=None):
+    return args[args.index(name) + 1] if name in args else default
+
+
+def set_flag(args, name, value):
+    args = list(args)
+    if name in args:
+        args[args.index(name) + 1] = str(value)
+    else:
+        args += [name, str(value)]
+    return args
+
+
+def drop_flag(args, name, has_value=True):
+    args = list(args)
+    if name in args:
+        i = args.index(name)
+        del args[i:i + (2 if has_value else 1)]
+    return args
+
+
+def make_photos(workdir, count):
+    """An ImageFolder of COUNT real photos (scripts/make-photo-dataset), made once."""
+    root = os.path.join(workdir, "photos-%d" % count)
+    if not os.path.isdir(os.path.join(root, "train")):
+        log("making %d photos in %s" % (count, root))
+        subprocess.run([sys.executable, MAKE_PHOTOS, "--train", str(count), "--val", "0",
+                        root + ".tmp"], check=True, capture_output=True, timeout=600)
+        os.rename(root + ".tmp", root)
+    return root
+
+
+def busy_cores(seconds=0.5):
+    """Cores busy on this machine over SECONDS (/proc/stat), or None."""
+    def read():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + (v[4] if len(v) > 4 else 0)  # total, idle + iowait
+    try:
+        t0, i0 = read()
+        time.sleep(seconds)
+        t1, i1 = read()
+    except OSError:
+        return None
+    return (os.cpu_count() or 1) * (1 - (i1 - i0) / max(1, t1 - t0))
+
+
+def wait_for_quiet(limit_s, max_cores=0.5):
+    """Waits up to LIMIT_S for other work on the machine to drop below
+    MAX_CORES (compiles beside the suite make loops look CPU-contended);
+    returns the busy cores seen last."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        busy = busy_cores()
+        if busy is None or busy < max_cores or time.monotonic() >= deadline:
+            return busy
+        time.sleep(2)
+
+
+def doctor(cli, python, run_dir, scenario, args, torchrun=None, timeout=600, quiet_s=0):
+    """Runs train.py ARGS under `saturate doctor`; returns findings.json."""
+    if quiet_s > 0:
+        busy = wait_for_quiet(quiet_s)
+        if busy is not None and busy >= 0.5:
+            log("  the machine is busy (%.1f cores) after %.0f s: running anyway" % (busy, quiet_s))
+    if os.path.exists(run_dir):
+        shutil.rmtree(run_dir)
+    if scenario.ranks > 1:
+        command = [*torchrun, "--nproc_per_node=%d" % scenario.ranks, "--master_addr",
+                   "127.0.0.1", "--master_port", str(free_port()), TRAIN, *args]
+    else:
+        command = [python, TRAIN, *args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SATURATE_RUN")}
+    t0 = time.monotonic()
+    r = subprocess.run([*cli, "doctor", "--no-gpu", "--no-html", "--out", run_dir, "--",
+                        *command], env=env, capture_output=True, text=True, timeout=timeout)
+    log("  %s: %.1f s, exit %d" % (os.path.relpath(run_dir), time.monotonic() - t0, r.returncode))
+    if r.returncode != 0:
+        raise RuntimeError("doctor failed (exit %d): %s\n%s\n%s" % (
+            r.returncode, " ".join(command), r.stdout[-3000:], r.stderr[-3000:]))
+    with open(os.path.join(run_dir, "findings.json")) as f:
+        return json.load(f)
+
+
+def ranked(findings):
+    """Findings with a measured loss, largest first (info findings are not ranked)."""
+    return [f for f in findings.get("findings", []) if not f.get("info")]
+
+
+def evidence(finding, key):
+    for e in finding.get("evidence") or []:
+        if e.get("key") == key:
+            return e.get("value")
+    return None
+
+
+def throughput(findings, batch, world):
+    """Samples/s of the training window (all ranks)."""
+    feats = findings.get("features", {})
+    rate = feats.get("samples_per_s")
+    if not rate:
+        steps, active = feats.get("steps") or 0, feats.get("active_s") or 0
+        rate = batch * steps / active if steps and active else None
+    return rate * world if rate else None
+
+
+def apply_fix(scenario, args, finding, findings):
+    """train.py's flags after the fix the finding names; (args, description) or
+    (None, reason) when the suite has no flag for it."""
+    fix = finding.get("fix_value") or {}
+    cause = finding["cause"]
+    if scenario.straggler is not None and evidence(finding, "straggler_rank") is not None:
+        args = drop_flag(drop_flag(args, "--slow-rank"), "--read-mbps")
+        return args, "slow rank's disk fixed"
+    if cause == "io_bound":
+        return args + ["--cache"], "--cache"
+    if "num_workers" in fix or "threads" in fix:
+        n = int(fix.get("num_workers", fix.get("threads")))
+        return set_flag(args, "-j", n), "-j %d" % n
+    if "persistent_workers" in fix:
+        return args + ["--persistent-workers"], "--persistent-workers"
+    if "prefetch" in fix or "prefetch_factor" in fix:
+        n = int(fix.get("prefetch_factor", fix.get("prefetch")))
+        return set_flag(args, "--prefetch-factor", n), "--prefetch-factor %d" % n
+    if "batch_size" in fix or "batch_size_factor" in fix:
+        old = int(flag(args, "-b", 32))
+        new = int(fix["batch_size"]) if "batch_size" in fix else old * int(fix["batch_size_factor"])
+        args = set_flag(args, "-b", new)
+        # Keep the run about as long: the same samples in fewer steps.
+        steps = int(flag(args, "--steps"))
+        args = set_flag(args, "--steps", max(10, math.ceil(steps * old / new)))
+        every = flag(args, "--save-every")
+        if every:  # checkpoints as often in samples
+            args = set_flag(args, "--save-every", max(1, round(int(every) * old / new)))
+        return args, "-b %d" % new
+    if "checkpoint_interval_s" in fix:
+        step_s = findings["features"].get("step_time_mean_s") or 0
+        every = max(1, round(fix["checkpoint_interval_s"] / step_s)) if step_s else 10 ** 9
+        return set_flag(args, "--save-every", every), "--save-every %d" % every
+    return None, "no flag for %s %s" % (cause, json.dumps(fix))
+
+
+def run_scenario(s, opts, cli, photos):
+    steps = s.steps[1] if opts.quick else s.steps[0]
+    args = [photos if a == PHOTOS else a for a in s.args] + ["--steps", str(steps)]
+    row = {"scenario": s.name, "planted": s.planted, "expect": sorted(s.expect), "args": args}
+    torchrun = None
+    if s.ranks > 1:
+        py2 = opts.torch2_python
+        if not py2:
+            row["skipped"] = "set SATURATE_TORCH2_PYTHON (a torch >= 2 env with torchrun)"
+            return row
+        exe = os.path.join(os.path.dirname(py2), "torchrun")
+        torchrun = [exe] if os.access(exe, os.X_OK) else [py2, "-m", "torch.distributed.run"]
+    log("%s: %s" % (s.name, " ".join(args)))
+    out = os.path.join(opts.runs, s.name)
+    before = doctor(cli, opts.python, os.path.join(out, "before"), s, args, torchrun,
+                    quiet_s=opts.quiet_wait)
+    row["before_other_cores"] = before.get("features", {}).get("other_cpu_cores")
+    found = ranked(before)
+    top = found[0] if found else None
+    batch = int(flag(args, "-b", 32))
+    row["before_samples_per_s"] = throughput(before, batch, s.ranks)
+    row["max_pct"] = max([f["time_lost_pct"] for f in found], default=0.0)
+    row["findings"] = [{"cause": f["cause"], "time_lost_pct": f["time_lost_pct"],
+                        "fix_value": f.get("fix_value"), "prediction": f.get("prediction"),
+                        "title": f.get("title")} for f in found]
+    if top is None or (not s.expect and top["time_lost_pct"] <= HEALTHY_MAX_PCT):
+        row["top"] = None if top is None else top["cause"]
+        row["top_pct"] = None if top is None else top["time_lost_pct"]
+        row["right"] = not s.expect
+        return row
+    row["top"], row["top_pct"] = top["cause"], top["time_lost_pct"]
+    row["right"] = top["cause"] in s.expect and (
+        s.straggler is None or evidence(top, "straggler_rank") == s.straggler)
+    row["fix_value"] = top.get("fix_value")
+    pred = top.get("prediction") or {}
+    row["predicted"] = pred.get("speedup")
+    row["prediction"] = pred or None
+    if opts.no_fix:
+        return row
+    fixed_args, how = apply_fix(s, args, top, before)
+    row["fix_applied"] = how
+    if fixed_args is None:
+        return row
+    row["fixed_args"] = fixed_args
+    after = doctor(cli, opts.python, os.path.join(out, "after"), s, fixed_args, torchrun,
+                   quiet_s=opts.quiet_wait)
+    row["after_other_cores"] = after.get("features", {}).get("other_cpu_cores")
+    row["after_samples_per_s"] = throughput(after, int(flag(fixed_args, "-b", 32)), s.ranks)
+    row["after_top"] = (ranked(after) or [{"cause": None}])[0]["cause"]
+    if row["before_samples_per_s"] and row["after_samples_per_s"]:
+        row["measured"] = row["after_samples_per_s"] / row["before_samples_per_s"]
+        if row["predicted"]:
+            row["within"] = abs(row["measured"] / row["predicted"] - 1) <= TOLERANCE
+    return row
+
+
+def others(row):
+    """Cores other processes used during the before / after runs (contention)."""
+    vals = [row.get(k) for k in ("before_other_cores", "after_other_cores")]
+    return " / ".join("%.1f" % v for v in vals if v is not None) or "-"
+
+
+def fmt_gain(x):
+    return "-" if x is None else "%.2fx" % x
+
+
+def table(rows):
+    head = ["scenario", "planted cause", "top finding", "right", "fix applied", "predicted",
+            "measured", "within ±30%", "other cores"]
+    lines = []
+    for r in rows:
+        if r.get("skipped"):
+            lines.append([r["scenario"], r["planted"], "skipped: " + r["skipped"], "", "", "", "",
+                          "", ""])
+            continue
+        top = "none" if r.get("top") is None else "%s %.0f%%" % (r["top"], r["top_pct"])
+        if r.get("error"):
+            top = "error: " + r["error"][:60]
+        within = r.get("within")
+        lines.append([r["scenario"], r["planted"], top, "yes" if r.get("right") else "NO",
+                      r.get("fix_applied", "-"), fmt_gain(r.get("predicted")),
+                      fmt_gain(r.get("measured")),
+                      "-" if within is None else ("yes" if within else "no"),
+                      others(r)])
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(line) + " |" for line in lines]
+    return "\n".join(out)
+
+
+def summary(rows):
+    ran = [r for r in rows if not r.get("skipped")]
+    right = sum(1 for r in ran if r.get("right"))
+    healthy = [r for r in ran if not r["expect"]]
+    healthy_ok = sum(1 for r in healthy if r.get("max_pct", 0) <= HEALTHY_MAX_PCT)
+    gains = [r for r in ran if r.get("within") is not None]
+    within = sum(1 for r in gains if r["within"])
+    no_pred = sum(1 for r in ran if r.get("measured") is not None and r.get("predicted") is None)
+    s = {"top_right": right, "scenarios": len(ran),
+         "healthy_clean": healthy_ok, "healthy": len(healthy),
+         "gain_within": within, "gains_compared": len(gains), "measured_without_prediction": no_pred,
+         "skipped": [r["scenario"] for r in rows if r.get("skipped")]}
+    s["goals"] = {
+        "top_right_ge_90pct": len(ran) > 0 and right >= 0.9 * len(ran),
+        "healthy_no_finding_above_5pct": healthy_ok == len(healthy),
+        "gain_within_30pct_ge_80pct": len(gains) > 0 and within >= 0.8 * len(gains),
+    }
+    return s
+
+
+def summary_line(s):
+    line = "top finding right %d/%d; healthy loops without a finding above 5%%: %d/%d; " \
+           "measured gain within ±30%% of predicted: %d/%d" % (
+               s["top_right"], s["scenarios"], s["healthy_clean"], s["healthy"], s["gain_within"],
+               s["gains_compared"])
+    if s["measured_without_prediction"]:
+        line += " (%d measured without a prediction)" % s["measured_without_prediction"]
+    if s["skipped"]:
+        line += "; skipped: " + ", ".join(s["skipped"])
+    return line
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="fewer steps (CI)")
+    p.add_argument("--only", action="append", default=[],
+                   help="run this scenario (repeatable): " + ", ".join(s.name for s in SCENARIOS))
+    p.add_argument("--cpu-only", action="store_true", help="skip the torchrun scenario")
+    p.add_argument("--no-fix", action="store_true",
+                   help="diagnose only: do not apply the fix and re-run")
+    p.add_argument("--runs", default=os.path.join(REPO, "runs", "diagnosis"),
+                   help="where run directories go (RUNS/<scenario>/before, after)")
+    p.add_argument("--workdir", default=None, help="where the photo dataset goes (default: RUNS)")
+    p.add_argument("--photos", type=int, default=None, help="photos in the dataset (default 384, "
+                   "256 with --quick)")
+    p.add_argument("--python", default=sys.executable, help="interpreter for train.py")
+    p.add_argument("--torch2-python", default=os.environ.get("SATURATE_TORCH2_PYTHON"),
+                   help="torch >= 2 interpreter with torchrun (default $SATURATE_TORCH2_PYTHON)")
+    p.add_argument("--saturate", default=None, help="the saturate CLI (default $SATURATE_CLI)")
+    p.add_argument("--quiet-wait", type=float, default=None,
+                   help="before each run, wait up to this many seconds for other work on the "
+                   "machine to drop below 0.5 cores (default 60, 0 with --quick)")
+    p.add_argument("--json", default=None, help="write the rows and the summary here")
+    opts = p.parse_args(argv)
+
+    if opts.quiet_wait is None:
+        opts.quiet_wait = 0 if opts.quick else 60
+    names = {s.name for s in SCENARIOS}
+    for n in opts.only:
+        if n not in names:
+            p.error("unknown scenario %r (known: %s)" % (n, ", ".join(sorted(names))))
+    chosen = [s for s in SCENARIOS if (not opts.only or s.name in opts.only)
+              and not (opts.cpu_only and s.ranks > 1)]
+    cli = saturate_cli(opts.saturate)
+    os.makedirs(opts.runs, exist_ok=True)
+    photos = None
+    if any(PHOTOS in s.args for s in chosen):
+        photos = make_photos(opts.workdir or opts.runs,
+                             opts.photos or (256 if opts.quick else 384))
+    rows = []
+    t0 = time.monotonic()
+    for s in chosen:
+        try:
+            rows.append(run_scenario(s, opts, cli, photos))
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            log("%s failed: %s" % (s.name, e))
+            rows.append({"scenario": s.name, "planted": s.planted, "expect": sorted(s.expect),
+                         "error": str(e).splitlines()[0], "right": False})
+    s = summary(rows)
+    print(table(rows))
+    print()
+    print(summary_line(s))
+    log("%.0f s" % (time.monotonic() - t0))
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump({"rows": rows, "summary": s, "quick": opts.quick,
+                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
