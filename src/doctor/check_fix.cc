@@ -1,5 +1,6 @@
 #include "doctor/check_fix.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <utility>
@@ -163,6 +164,11 @@ void JudgeCheck(const Prediction& predicted, double measured_speedup, bool relia
                   reliable_gain ? "" : "; no reliable gain");
   }
   check->verdict = text;
+}
+
+std::optional<double> FixedShareFromSpeedup(double k, double speedup) {
+  if (k <= 1 || speedup <= 0) return std::nullopt;
+  return std::clamp(k * (1 / speedup - 1) / (1 - k), 0.0, 1.0);
 }
 
 std::vector<Finding> ApplyCheck(std::vector<Finding> findings, size_t index, FixCheck check,

@@ -63,6 +63,11 @@ Result<KnobChange> KnobForFix(const Finding& x, const Features& f,
 void JudgeCheck(const Prediction& predicted, double measured_speedup, bool reliable_gain,
                 FixCheck* check, double tolerance = 0.3);
 
+// The fixed per-step share a batch change x`k` implies when it gave
+// `speedup` in samples/s: speedup = k / (fixed + k (1 - fixed)) solved for
+// fixed, in [0, 1]; nullopt when k <= 1 or nothing was measured.
+std::optional<double> FixedShareFromSpeedup(double k, double speedup);
+
 // Records `check` on `findings[index]`, demotes it when the gain was not
 // reliable, and re-ranks the findings.
 std::vector<Finding> ApplyCheck(std::vector<Finding> findings, size_t index, FixCheck check,

@@ -99,6 +99,14 @@ TEST(CheckFixTest, JudgesTheGainAgainstThePrediction) {
   EXPECT_NE(c.verdict.find("not measured"), std::string::npos);
 }
 
+TEST(CheckFixTest, ABatchChecksGainGivesTheFixedShare) {
+  // 5 / (1/3 + 5 x 2/3) = 1.364: a third of the step was fixed.
+  EXPECT_NEAR(*FixedShareFromSpeedup(5, 5 / (1.0 / 3 + 10.0 / 3)), 1.0 / 3, 1e-9);
+  EXPECT_NEAR(*FixedShareFromSpeedup(4, 1.0), 0, 1e-9);  // no gain: nothing fixed
+  EXPECT_NEAR(*FixedShareFromSpeedup(4, 4.0), 1, 1e-9);  // x4: all fixed
+  EXPECT_FALSE(FixedShareFromSpeedup(1, 1.2));
+}
+
 TEST(CheckFixTest, AFixWithoutAReliableGainIsDemoted) {
   std::vector<Finding> ranked = {WithFix("input_pipeline", "num_workers", 2, 30),
                                  WithFix("checkpoint_stall", "checkpoint_interval_s", 60, 10)};

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -193,6 +194,15 @@ Status CheckFix(const std::string& run_dir, const WatchFlags& watch, const Check
   const auto [measured, reliable] = MeasuredGain(r.report, change);
   doctor::Analysis& a = dir->analysis;
   doctor::JudgeCheck(*a.findings[index].prediction, measured, reliable, &result);
+  // A batch change measures how much of the step really was fixed.
+  if (change.knob == "batch_size") {  // both integers (KnobForFix), the start >= 1
+    const double k = std::stod(change.to) / std::stod(change.from);
+    if (std::optional<double> fixed = doctor::FixedShareFromSpeedup(k, measured)) {
+      result.verdict +=
+          " (measured fixed share of the step: " + std::to_string(int(std::lround(100 * *fixed))) +
+          "%)";
+    }
+  }
   a.findings =
       doctor::ApplyCheck(std::move(a.findings), index, std::move(result), a.min_time_lost_pct);
   return Status::OK();
