@@ -167,7 +167,7 @@ void JudgeCheck(const Prediction& predicted, double measured_speedup, bool relia
 }
 
 std::optional<double> FixedShareFromSpeedup(double k, double speedup) {
-  if (k <= 1 || speedup <= 0) return std::nullopt;
+  if (!(k > 1) || !std::isfinite(k) || !(speedup > 0)) return std::nullopt;
   return std::clamp(k * (1 / speedup - 1) / (1 - k), 0.0, 1.0);
 }
 
