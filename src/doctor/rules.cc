@@ -178,16 +178,32 @@ bool Contended(const Features& f) {
          (f.host_cpu_busy_pct.value_or(0) >= 90 && other >= 0.25 * f.cpus);
 }
 
+// The cores the loader kept computing. A torch DataLoader's busy cores are
+// the wall time of its workers' batches, blocked reads included; the job's
+// measured CPU bounds what they can have computed.
+std::optional<double> LoaderComputeCores(const Features& f) {
+  if (!f.loader_busy_cores) return std::nullopt;
+  if (f.loader_kind == "torch" && f.tree_cpu_cores) {
+    return std::min(*f.loader_busy_cores, *f.tree_cpu_cores);
+  }
+  return f.loader_busy_cores;
+}
+
 bool LoaderThreadsBusy(const Features& f) {
-  return f.loader_busy_cores && f.loader_threads && *f.loader_threads > 0 &&
-         *f.loader_busy_cores >= kLoaderBusyShare * double(*f.loader_threads);
+  std::optional<double> busy = LoaderComputeCores(f);
+  return busy && f.loader_threads && *f.loader_threads > 0 &&
+         *busy >= kLoaderBusyShare * double(*f.loader_threads);
 }
 
 // The share of the loader's per-sample time spent in read(): high means its
-// threads are busy waiting for storage, not computing.
+// threads are busy waiting for storage, not computing. Unknown without read
+// counters (a torch DataLoader).
 std::optional<double> ReadShare(const Features& f) {
-  if (!f.loader_cpu_ns_per_sample || *f.loader_cpu_ns_per_sample <= 0) return std::nullopt;
-  return f.loader_read_ns_per_sample.value_or(0) / *f.loader_cpu_ns_per_sample;
+  if (!f.loader_cpu_ns_per_sample || *f.loader_cpu_ns_per_sample <= 0 ||
+      !f.loader_read_ns_per_sample) {
+    return std::nullopt;
+  }
+  return *f.loader_read_ns_per_sample / *f.loader_cpu_ns_per_sample;
 }
 
 // Inline loading runs on the training thread: when the process kept a core
@@ -238,7 +254,7 @@ void AddDataWaitEvidence(Finding& x, const Features& f, const DataWait& w) {
 // uses beyond the loader, at least one.
 double ComputeCores(const Features& f) {
   if (!f.tree_cpu_cores) return 1;
-  return std::max(1.0, *f.tree_cpu_cores - f.loader_busy_cores.value_or(0));
+  return std::max(1.0, *f.tree_cpu_cores - LoaderComputeCores(f).value_or(0));
 }
 
 // How many loader threads keep the step fed, within the cores there are.
@@ -264,8 +280,8 @@ std::optional<ThreadPlan> PlanLoaderThreads(const Features& f) {
   // Training CPU per sample, measured: the tree's CPU beyond the loader's.
   double train_ns_per_sample = 0;
   if (f.tree_cpu_cores && f.samples_per_s && *f.samples_per_s > 0) {
-    train_ns_per_sample =
-        std::max(0.0, *f.tree_cpu_cores - f.loader_busy_cores.value_or(0)) / *f.samples_per_s * 1e9;
+    train_ns_per_sample = std::max(0.0, *f.tree_cpu_cores - LoaderComputeCores(f).value_or(0)) /
+                          *f.samples_per_s * 1e9;
   }
   p.fit_per_s = p.free_cores * 1e9 / (*f.loader_cpu_ns_per_sample + train_ns_per_sample);
   p.feed_per_s = std::min(p.target_per_s, p.fit_per_s);

@@ -607,6 +607,46 @@ TEST(RulesTest, WaitsAtEachPassStartAskForPersistentWorkers) {
   EXPECT_EQ(a.findings.front().fix.find("persistent_workers"), std::string::npos);
 }
 
+// DataLoader workers blocked in slow reads (a throttled or network mount,
+// no iowait): their batches take wall time, but the job's measured CPU is
+// under a core, so the workers were not computing. Storage, not the loader.
+TEST(RulesTest, WorkersBlockedInReadsAreIoBound) {
+  RunBuilder b;
+  b.Cpus(2).Steps(40, {{"data_wait", 0.15, SpanKind::kLoader}, {"forward", 0.02}});
+  b.Samples([](double, SamplePoint& s) {
+    s.cpu_busy_pct = 35;
+    s.tree_cpu_pct = 68;
+  });
+  doctor::Run run = b.Build();
+  std::vector<Span> loads;
+  for (Span& s : run.spans) {
+    s.auto_source = true;
+    if (s.name != "data_wait") continue;
+    s.args["loader_id"] = 0;
+    // Two workers, each loading a batch across two steps' time.
+    for (int w = 0; w < 2; ++w) {
+      Span load = s;
+      load.name = "load_batch";
+      load.pid = 201 + w;
+      load.tid = 1;
+      load.dur_ns = int64_t(0.17e9);
+      load.args = {{"samples", 16}, {"loader_id", 0}};
+      loads.push_back(load);
+    }
+  }
+  run.spans.insert(run.spans.end(), loads.begin(), loads.end());
+  run.dataloaders.push_back(
+      {RunBuilder::kPid,
+       0,
+       {{"loader_id", 0}, {"num_workers", 2}, {"batch_size", 16}, {"prefetch_factor", 2}},
+       "train.py:210",
+       "ImageFolder"});
+  Analysis a = Analyze(run);
+  ASSERT_FALSE(a.findings.empty());
+  EXPECT_GT(*a.features.loader_busy_cores, 1.5) << "wall time of the workers' batches";
+  EXPECT_EQ(a.findings.front().cause, "io_bound") << Describe(a.findings);
+}
+
 // Inline loading with iowait on the machine: the training process kept a core
 // busy, so its thread was decoding, not waiting for storage.
 TEST(RulesTest, InlineLoadingOnABusyCoreIsNotIoBound) {
