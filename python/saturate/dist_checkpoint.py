@@ -53,6 +53,7 @@ import os
 import pickle
 import queue
 import re
+import sys
 import threading
 import time
 import uuid
@@ -181,22 +182,17 @@ def _torch():
 
 
 def _dtensor_class():
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:
-        try:
-            from torch.distributed._tensor import DTensor
-        except ImportError:
-            return None
-    return DTensor
+    """DTensor when the program imported it (a state cannot hold one otherwise)."""
+    for name in ("torch.distributed.tensor", "torch.distributed._tensor"):
+        cls = getattr(sys.modules.get(name), "DTensor", None)
+        if cls is not None:
+            return cls
+    return None
 
 
 def _sharded_tensor_class():
-    try:
-        from torch.distributed._shard.sharded_tensor import ShardedTensor
-    except ImportError:
-        return None
-    return ShardedTensor
+    """ShardedTensor when the program imported it."""
+    return getattr(sys.modules.get("torch.distributed._shard.sharded_tensor"), "ShardedTensor", None)
 
 
 class _Item:
