@@ -18,6 +18,8 @@ from . import errors, transforms
 from .errors import Error
 from .loader import Loader
 from .checkpoint import Checkpointer
+from . import dist_checkpoint
+from .dist_checkpoint import DistCheckpointer
 from ._pack import pack, verify
 from ._watch import watch
 from . import _trace as trace
@@ -28,6 +30,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Loader",
     "Checkpointer",
+    "DistCheckpointer",
+    "dist_checkpoint",
     "pack",
     "verify",
     "watch",

@@ -461,7 +461,9 @@ class DistCheckpointer:
       keep: globally committed checkpoints kept (rank 0 removes older ones).
       process_group: the torch.distributed group (default: the default group;
         without torch.distributed initialized: one rank).
-      max_in_flight, copy_threads, on_busy: as saturate.Checkpointer, per rank.
+      max_in_flight, copy_threads, on_busy: as saturate.Checkpointer, per rank;
+        copy_threads 0: this machine's cores over its ranks (LOCAL_WORLD_SIZE),
+        1 to 4, so ranks copying at once do not oversubscribe the cores.
       commit_timeout_s: how long rank 0 waits for a rank's files before the
         save fails (raised by the next save, wait or close).
 
@@ -490,6 +492,9 @@ class DistCheckpointer:
                                        if process_group is not None else 0, group=process_group)
         self.session = session[0]
         self._seq = 0
+        if copy_threads == 0:
+            local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+            copy_threads = max(1, min(4, (os.cpu_count() or 1) // local))
         self._core = _core.Checkpointer(os.path.join(self.dir, f"rank-{self.rank}"), _KEEP_ALL,
                                         max_in_flight, on_busy, copy_threads)
         self._commit_timeout_s = float(commit_timeout_s)
@@ -1001,7 +1006,9 @@ def to_dcp(src: str, dst: str, *, step: Optional[int] = None) -> int:
     if not isinstance(state, dict):
         raise InvalidArgumentError("DCP needs a dict state")
     state = _to_torch(state, torch)
-    dcp.save(state, storage_writer=dcp.FileSystemWriter(dst), no_dist=True)
+    with warnings.catch_warnings():  # "assuming ... a single process": that is the intent
+        warnings.filterwarnings("ignore", message=".*single process", category=UserWarning)
+        dcp.save(state, storage_writer=dcp.FileSystemWriter(dst), no_dist=True)
     return inf["step"]
 
 
@@ -1025,8 +1032,10 @@ def from_dcp(src: str, dst: str, step: int = 0, *, keep: int = 3) -> int:
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
     state: Dict[str, Any] = {}
-    _load_state_dict(state, storage_reader=FileSystemReader(src),
-                     planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*single process", category=UserWarning)
+        _load_state_dict(state, storage_reader=FileSystemReader(src),
+                         planner=_EmptyStateDictLoadPlanner(), no_dist=True)
     with DistCheckpointer(dst, keep=keep) as ckpt:
         if ckpt.world_size != 1:
             raise InvalidArgumentError("from_dcp runs in one process (no process group)")
