@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# RRC-224 photo feed from a local S3 server (SeaweedFS) against the same dataset on local
+# disk: images/s with no cache, with a cold cache and with a warm cache, and the bytes
+# fetched per epoch. docs/benchmarks.md, "Remote datasets (issue 22)", has the results.
+#
+# usage: bench/remote_feed.sh [DATASET] [REPEATS]
+#   DATASET  a packed photo dataset (default /tmp/saturate-bench-data/photos.sat, which
+#            bench/run.sh makes with scripts/make-photo-dataset)
+#   env      SATURATE_CLI (default build/ci/tools/saturate/saturate), WEED (default .venv/bin/weed),
+#            THREADS (default 2)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SAT=${SATURATE_CLI:-build/ci/tools/saturate/saturate}
+WEED=${WEED:-.venv/bin/weed}
+DS=${1:-/tmp/saturate-bench-data/photos.sat}
+REPEATS=${2:-3}
+THREADS=${THREADS:-2}
+work=$(mktemp -d /tmp/saturate-remote-bench.XXXXXX)
+ports=$(python3 - <<'PY'
+import socket
+out = []
+while len(out) < 4:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]
+    if p + 10000 > 65535 or p in out: continue
+    try:
+        with socket.socket() as s: s.bind(("127.0.0.1", p + 10000))
+    except OSError: continue
+    out.append(p)
+print(*out)
+PY
+)
+read -r MP VP FP SP <<<"$ports"
+export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_ENDPOINT_URL=http://127.0.0.1:$SP
+mkdir -p "$work/data"
+"$WEED" server -dir="$work/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 -master.port="$MP" \
+  -volume.port="$VP" -filer.port="$FP" -s3 -s3.port="$SP" -volume.max=100 \
+  -master.volumeSizeLimitMB=64 >"$work/weed.log" 2>&1 &
+weed_pid=$!
+cleanup() {
+  kill "$weed_pid" 2>/dev/null || true
+  sleep 2
+  kill -9 "$weed_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+for _ in $(seq 60); do curl -s -o /dev/null "$AWS_ENDPOINT_URL/" && break; sleep 0.5; done
+curl -sSf -X PUT "$AWS_ENDPOINT_URL/bench" >/dev/null
+# Upload with plain curl: shards first, manifest last.
+for f in "$DS"/*.srec "$DS"/manifest.json; do
+  curl -sSf -T "$f" "$AWS_ENDPOINT_URL/bench/photos/$(basename "$f")" >/dev/null
+done
+URL=s3://bench/photos
+feed() {  # MODE DATASET [FLAGS...]
+  local mode=$1; shift
+  "$SAT" bench feed "$@" --json -q --threads "$THREADS" --warmup 2 -b 64 \
+    -t image:crop=random,size=224 2>/dev/null |
+    python3 -c "import json,sys; j=json.load(sys.stdin); j['mode']='$mode'; print(json.dumps(j))" \
+    >>"$work/results.jsonl"
+}
+for r in $(seq "$REPEATS"); do
+  feed local "$DS"
+  feed s3-nocache "$URL"
+  rm -rf "$work/cache"
+  feed s3-cache-cold "$URL" --cache-dir "$work/cache"
+  feed s3-cache-warm "$URL" --cache-dir "$work/cache"
+done
+bytes=$(python3 -c "import json; m=json.load(open('$DS/manifest.json')); print(sum(s['bytes'] for s in m['shards']))")
+python3 - "$work/results.jsonl" "$bytes" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+size = int(sys.argv[2])
+modes = ["local", "s3-nocache", "s3-cache-cold", "s3-cache-warm"]
+rate = {m: statistics.median(r["images_per_s"] for r in rows if r["mode"] == m) for m in modes}
+print(f"dataset: {size / 2**20:.1f} MiB, {rows[0]['samples']} samples timed per run, "
+      f"{len(rows) // len(modes)} runs per mode (median)")
+print(f"{'mode':<15} {'images/s':>9} {'vs local':>9} {'fetched/epoch':>14} {'requests':>9} {'cache hit':>9}")
+for m in modes:
+    rs = [r for r in rows if r["mode"] == m]
+    rem = rs[-1].get("remote", {})
+    fetched = rem.get("bytes_fetched", 0)
+    blocks = rem.get("cache_hits", 0) + rem.get("cache_misses", 0)
+    hit = f"{100 * rem['cache_hits'] / blocks:.0f}%" if blocks else "-"
+    print(f"{m:<15} {rate[m]:>9.1f} {rate[m] / rate['local']:>8.1%} "
+          f"{fetched / size:>13.3f}x {rem.get('requests', 0):>9} {hit:>9}")
+PY
