@@ -461,7 +461,9 @@ class DistCheckpointer:
       keep: globally committed checkpoints kept (rank 0 removes older ones).
       process_group: the torch.distributed group (default: the default group;
         without torch.distributed initialized: one rank).
-      max_in_flight, copy_threads, on_busy: as saturate.Checkpointer, per rank;
+      max_in_flight, copy_threads: as saturate.Checkpointer, per rank (a save
+        waits while max_in_flight of this rank's saves are writing: there is no
+        on_busy="skip", a step skipped by one rank could never commit);
         copy_threads 0: this machine's cores over its ranks (LOCAL_WORLD_SIZE),
         1 to 4, so ranks copying at once do not oversubscribe the cores.
       commit_timeout_s: how long rank 0 waits for a rank's files before the
@@ -473,7 +475,7 @@ class DistCheckpointer:
     """
 
     def __init__(self, dir: str, keep: int = 3, *, process_group=None, max_in_flight: int = 1,
-                 copy_threads: int = 0, on_busy: str = "wait", commit_timeout_s: float = 600.0):
+                 copy_threads: int = 0, commit_timeout_s: float = 600.0):
         if keep < 1:
             raise InvalidArgumentError(f"keep must be >= 1, got {keep}")
         self.dir = os.path.abspath(os.fspath(dir))
@@ -496,13 +498,15 @@ class DistCheckpointer:
             local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
             copy_threads = max(1, min(4, (os.cpu_count() or 1) // local))
         self._core = _core.Checkpointer(os.path.join(self.dir, f"rank-{self.rank}"), _KEEP_ALL,
-                                        max_in_flight, on_busy, copy_threads)
+                                        max_in_flight, "wait", copy_threads)
         self._commit_timeout_s = float(commit_timeout_s)
         self._owners_key = None
         self._owners: Dict[str, int] = {}
         self._last: Optional[Tuple[int, int]] = None  # (step, seq) of the last save
         self._closed = False
         self._error: Optional[BaseException] = None
+        self._error_seq = 0
+        self._failed_seq = 0  # saves up to this one failed and were reported: not waited for
         self._durable_ns: Dict[int, int] = {}  # seq -> save call to global commit (rank 0)
         self._blocking_ns: List[int] = []
         self._queue: "queue.Queue[Optional[Tuple[int, int, int]]]" = queue.Queue()
@@ -557,8 +561,8 @@ class DistCheckpointer:
 
     def save(self, state: Any, step: int) -> bool:
         """Snapshots this rank's part of ``state`` as checkpoint ``step`` and
-        returns once it is copied (True; False when skipped, on_busy="skip").
-        Every rank must call it with the same step."""
+        returns once it is copied (True). Every rank must call it with the
+        same steps in the same order."""
         self._raise_error()
         if self._closed:
             raise InvalidArgumentError("save() after close()")
@@ -602,6 +606,7 @@ class DistCheckpointer:
                 self._commit(step, seq)
                 self._durable_ns[seq] = time.perf_counter_ns() - start
             except BaseException as e:  # raised to the training thread by the next call
+                self._error_seq = seq
                 self._error = e
                 try:  # the other ranks' wait() reads it instead of timing out
                     _write_atomic(os.path.join(self.dir, _FAILED), json.dumps(
@@ -663,18 +668,21 @@ class DistCheckpointer:
 
     def _raise_error(self) -> None:
         if self._error is not None:
+            self._failed_seq = max(self._failed_seq, self._error_seq)
             e, self._error = self._error, None
             if isinstance(e, Exception):
                 raise e
             raise InternalError(f"checkpoint coordinator: {e!r}")
 
     def _raise_peer_failure(self, seq: int) -> None:
+        self._raise_error()  # rank 0: its own failure, with its traceback
         try:
             with open(os.path.join(self.dir, _FAILED), "rb") as f:
                 failed = json.loads(f.read())
         except (FileNotFoundError, ValueError):
             return
         if failed.get("session") == self.session and failed.get("seq", 1 << 62) <= seq:
+            self._failed_seq = max(self._failed_seq, int(failed["seq"]))
             raise CorruptionError(f"rank 0 could not commit step {failed.get('step')}: "
                                   f"{failed.get('error')}")
 
@@ -686,6 +694,8 @@ class DistCheckpointer:
             self._raise_error()
             return
         step, seq = self._last
+        if seq <= self._failed_seq:
+            return  # its failure was raised already
         path = _manifest_path(self.dir, step)
         deadline = time.monotonic() + (self._commit_timeout_s if timeout_s is None else timeout_s)
         delay = 0.001

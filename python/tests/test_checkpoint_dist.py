@@ -157,6 +157,19 @@ def test_a_crash_between_the_phases_or_corrupt_files_fall_back(tmp_path):
         dc.load(d)
 
 
+def test_pieces_that_do_not_tile_a_tensor_fail_the_commit_not_the_previous_checkpoint(tmp_path):
+    d = str(tmp_path / "ck")
+    ckpt = dc.DistCheckpointer(d, keep=3)
+    ckpt.save(state_at(1), 1)
+    ckpt.wait()
+    ckpt.save({"half": dc.Shard(torch.ones(1, 2), [0, 0], [2, 2])}, 2)  # 2 of 4 elements
+    with pytest.raises(CorruptionError, match="half: the ranks' pieces hold 2 of 4"):
+        ckpt.wait()
+    ckpt.close()
+    assert [s for s, _ in dc.list_checkpoints(d)] == [1]
+    assert dc.load(d, info=True)[1]["step"] == 1
+
+
 # ---- torchrun ----
 
 
@@ -282,6 +295,10 @@ def test_kill_9_of_a_rank_mid_save_leaves_a_loadable_previous_checkpoint(tmp_pat
         finally:
             kill_group(proc)
         steps = [s for s, _ in dc.list_checkpoints(str(d))]
+        left = sorted(f"{r}/{x}" for r in os.listdir(d) if r.startswith("rank-")
+                      for x in os.listdir(d / r) if x != f"step-{steps[0]}")
+        print(f"trial {trial}: killed rank {victim} after {delay:.3f} s; manifests {steps}; "
+              f"rank directories beyond the newest: {left}")
         state, info = dc.load(str(d), info=True)  # the newest verifies, whatever was cut
         assert info["step"] == steps[0] >= 1, (trial, victim, delay, steps)
         exp = W.expected(info["step"], scale)
