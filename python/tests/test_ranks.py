@@ -75,6 +75,21 @@ def test_a_slow_rank_is_named_with_what_the_others_lose(tmp_path):
     assert report2["features"]["ranks"]["straggler"] == 3
 
 
+def test_a_slow_rank_is_named_when_the_model_has_buffers(tmp_path):
+    """BatchNorm's running stats: DDP broadcasts them at the start of every
+    forward, so the others wait for the slow rank there, before the gradients'
+    all-reduce; that broadcast is recorded as a collective."""
+    report, _ = doctor(tmp_path / "run", 2, "--slow-rank", "1", "--slow-ms", "40", "--batchnorm",
+                       "--steps", "20")
+    assert report["features"]["ranks"]["straggler"] == 1, report["features"]["ranks"]
+    (finding,) = straggler_findings(report)
+    assert finding["cause"] == "input_pipeline", finding
+    evidence = {e["key"]: e["value"] for e in finding["evidence"]}
+    assert 20 <= evidence["others_wait_ms_per_step"] <= 60, evidence
+    (spans,) = (tmp_path / "run" / "rank-0").glob("spans-*-auto.jsonl")
+    assert "DDP broadcast_buffers" in spans.read_text()
+
+
 def test_rank_zero_checkpointing_while_the_others_wait(tmp_path):
     report, _ = doctor(tmp_path / "run", 3, "--save-every", "1")
     (finding,) = straggler_findings(report)

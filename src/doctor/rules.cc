@@ -523,6 +523,29 @@ std::optional<Finding> IoBoundRule(const Features& f, const AnalysisOptions&) {
   return x;
 }
 
+// With the cores back, loading runs at the cores its threads can use rather
+// than the share it got: the wait shrinks by that ratio. Inline loading runs
+// on the training thread, so one core at most.
+void PredictUncontended(const Features& f, Finding& x, const DataWait& w) {
+  std::optional<StepSplit> s = SplitStep(f);
+  const std::optional<double> now_cores =
+      InlineLoading(f) ? f.tree_cpu_cores : LoaderComputeCores(f);
+  if (!s || !w.from_spans || !f.loader_threads || !now_cores || *now_cores <= 0) {
+    return PredictNoWait(f, x, w, "with the cores to itself");
+  }
+  const double threads = std::max<double>(1, double(*f.loader_threads));
+  const double then_cores =
+      InlineLoading(f) ? 1.0 : std::min(threads, std::max(1.0, f.cpus - ComputeCores(f)));
+  const double new_wait_s = s->wait_s * std::min(1.0, *now_cores / then_cores);
+  PredictStep(f, x, s->step_s, s->compute_s + new_wait_s,
+              "data wait " + Secs(s->wait_s) + " of " + Secs(s->step_s) +
+                  Fmt(" per step with loading on %.2f cores; with the cores to itself it gets "
+                      "%.2f, so the wait falls to ~",
+                      *now_cores, then_cores) +
+                  Secs(new_wait_s),
+              false);
+}
+
 std::optional<Finding> CpuContentionRule(const Features& f, const AnalysisOptions&) {
   std::optional<DataWait> w = FindDataWait(f);
   if (!w || ClassifyDataWait(f) != DataCause::kContention) return std::nullopt;
@@ -554,7 +577,7 @@ std::optional<Finding> CpuContentionRule(const Features& f, const AnalysisOption
     }
   }
   x.fix = fix;
-  PredictNoWait(f, x, *w, "with the cores to itself");
+  PredictUncontended(f, x, *w);
   return x;
 }
 

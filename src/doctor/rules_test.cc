@@ -222,6 +222,13 @@ TEST(RulesTest, CpuContentionNamesTheCoresTakenAndTheThreadsThatFit) {
   // 16 - 12.2 others - 2.5 for the training compute.
   EXPECT_EQ(FixValue(top, "threads"), 1);
   EXPECT_EQ(Find(a.findings, "input_pipeline"), nullptr);  // counted once
+  // Loading ran on ~0.5 cores; with the machine back its 8 threads get 8:
+  // the 0.3 s wait shrinks 16x, the 0.5 s step becomes ~0.22 s.
+  ASSERT_TRUE(top.prediction.has_value());
+  EXPECT_FALSE(top.prediction->upper_bound);
+  EXPECT_GT(top.prediction->speedup, 2.0);
+  EXPECT_LT(top.prediction->speedup, 2.5);
+  EXPECT_NE(top.prediction->model.find("cores to itself"), std::string::npos);
 }
 
 TEST(RulesTest, OthersOnIdleCoresWithoutCpuPressureAreNotContention) {

@@ -64,6 +64,7 @@ def main():
     p.add_argument("--exit-step", type=int, default=0)
     p.add_argument("--uneven-rank", type=int, default=-1, help="this rank gets 3x longer sequences")
     p.add_argument("--timeout-s", type=float, default=120)
+    p.add_argument("--batchnorm", action="store_true", help="a BatchNorm layer (model buffers)")
     p.add_argument("--sync-mb", type=float, default=0,
                    help="all-reduce this many MB of metrics every step")
     args = p.parse_args()
@@ -81,7 +82,10 @@ def main():
     delay = args.slow_ms / 1000 / args.batch_size if rank == args.slow_rank else 0
     data = Sequences(args.steps * args.batch_size * world, length, delay)
     loader = DataLoader(data, batch_size=args.batch_size, sampler=DistributedSampler(data))
-    model = DDP(nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 4)))
+    layers = [nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 4)]
+    if args.batchnorm:  # buffers: DDP broadcasts them from rank 0 at every forward
+        layers.insert(0, nn.BatchNorm1d(length))
+    model = DDP(nn.Sequential(*layers))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     ckpt = os.path.join(tempfile.gettempdir(), "ddp_job_%d.pt" % os.getpid())
 

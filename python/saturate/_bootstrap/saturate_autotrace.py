@@ -21,7 +21,8 @@ the spans format of docs/trace.md (what each event means: docs/auto.md):
     checkpoint   torch.save, torch.distributed.checkpoint saves
     collectives  torch.distributed.all_reduce, broadcast, barrier, ...: bytes, time
     dataloader   a counters record per DataLoader built: num_workers, pin_memory, ...
-    ddp          a counters record per DistributedDataParallel model: gradient bytes, buckets
+    ddp          a counters record per DistributedDataParallel model: gradient bytes, buckets;
+                 its buffer broadcast at each forward, as a "broadcast" collective
     exit         a counters record when the process exits through exit handlers (sys.exit,
                  an uncaught exception: its "Type: message"), with the steps seen
 
@@ -723,7 +724,10 @@ def _hook_distributed(dist):
 def _hook_ddp(torch):
     """DistributedDataParallel: its backward all-reduces the gradients, so on
     ranks that wait for a slower one the wait is inside backward. Records the
-    gradient bytes and bucket size once per model."""
+    gradient bytes and bucket size once per model. A model with buffers
+    (BatchNorm's running stats) also broadcasts them from rank 0 at the start
+    of every forward (broadcast_buffers=True, the default): the others wait
+    for a slower rank there, so that broadcast is recorded as a collective."""
     DDP = torch.nn.parallel.DistributedDataParallel
     init = DDP.__init__
     if getattr(init, "_saturate_wrapped", False):
@@ -736,7 +740,28 @@ def _hook_ddp(torch):
 
     init_wrapper._saturate_wrapped = True
     DDP.__init__ = init_wrapper
+    sync = getattr(DDP, "_sync_buffers", None)
+    if sync is not None:
+        @functools.wraps(sync)
+        def sync_wrapper(self, *args, **kwargs):
+            t0 = _now()
+            try:
+                return sync(self, *args, **kwargs)
+            finally:
+                _record_buffer_sync(self, t0, _now())
+
+        DDP._sync_buffers = sync_wrapper
     return "DistributedDataParallel"
+
+
+@_safe
+def _record_buffer_sync(ddp, t0, t1):
+    nbytes = getattr(ddp, "_saturate_buffer_bytes", None)
+    if nbytes is None:
+        nbytes = sum(b.nelement() * b.element_size() for b in ddp.module.buffers())
+        ddp._saturate_buffer_bytes = nbytes
+    _span("broadcast", "user", t0, t1, {"bytes": nbytes, "async_op": 0},
+          {"site": _site(), "op": _jstr("DDP broadcast_buffers")})
 
 
 def _record_ddp(ddp, kwargs):
