@@ -15,7 +15,9 @@ metrics: top finding right (goal >= 9/10), healthy loops with no finding above
 
 Gains are throughput ratios (after / before, samples/s from findings.json's
 features; for multi-rank runs the first rank's, which is every rank's under DDP).
-"within +-30%" means measured / predicted in [0.7, 1.3].
+"within +-30%" is doctor --check-fix's rule: the measured gain (speedup - 1)
+within 30% of the predicted gain, or 3 points; a prediction that is an upper
+bound is met from 70% of it up to it.
 
 The CLI: --saturate, else $SATURATE_CLI, else `saturate` on PATH, else
 `python -m saturate`. The torchrun scenario needs torch >= 2's torchrun:
@@ -70,7 +72,7 @@ SCENARIOS = [
              ["--data", "synthetic", *BIG, "-j", "0", "-b", "32", "--save-every", "4"], (120, 40)),
     Scenario("healthy", "none (compute-bound conv net)", [],
              ["--data", "synthetic", "--width", "32", "--threads", "2", "-j", "0", "-b", "64"],
-             (50, 16)),
+             (100, 24)),
     Scenario("straggler", "straggler rank 1 (slow disk, torchrun x2)", ["input_pipeline", "io_bound"],
              [*PHOTO, "-j", "0", "-b", "8", "--threads", "1", "--slow-rank", "1", "--read-mbps", "2"],
              (60, 20), ranks=2, straggler=1),
@@ -179,8 +181,17 @@ def doctor(cli, python, run_dir, scenario, args, torchrun=None, timeout=600, qui
         command = [python, TRAIN, *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SATURATE_RUN")}
     t0 = time.monotonic()
-    r = subprocess.run([*cli, "doctor", "--no-gpu", "--no-html", "--out", run_dir, "--",
-                        *command], env=env, capture_output=True, text=True, timeout=timeout)
+    for attempt in range(4):
+        try:
+            r = subprocess.run([*cli, "doctor", "--no-gpu", "--no-html", "--out", run_dir, "--",
+                                *command], env=env, capture_output=True, text=True,
+                               timeout=timeout)
+            break
+        except OSError as e:  # the CLI is being relinked by a build beside the suite
+            if attempt == 3:
+                raise RuntimeError("cannot run %s: %s" % (cli[0], e))
+            log("  %s; retrying in 15 s" % e)
+            time.sleep(15)
     log("  %s: %.1f s, exit %d" % (os.path.relpath(run_dir), time.monotonic() - t0, r.returncode))
     if r.returncode != 0:
         raise RuntimeError("doctor failed (exit %d): %s\n%s\n%s" % (
@@ -219,6 +230,8 @@ def apply_fix(scenario, args, finding, findings):
     if scenario.straggler is not None and evidence(finding, "straggler_rank") is not None:
         args = drop_flag(drop_flag(args, "--slow-rank"), "--read-mbps")
         return args, "slow rank's disk fixed"
+    if cause == "cpu_contention":  # the fix is to stop the other work: not the script's
+        return None, "n/a (other work)"
     if cause == "io_bound":
         return args + ["--cache"], "--cache"
     if "num_workers" in fix or "threads" in fix:
@@ -245,6 +258,19 @@ def apply_fix(scenario, args, finding, findings):
         every = max(1, round(fix["checkpoint_interval_s"] / step_s)) if step_s else 10 ** 9
         return set_flag(args, "--save-every", every), "--save-every %d" % every
     return None, "no flag for %s %s" % (cause, json.dumps(fix))
+
+
+def within_tolerance(predicted, measured, upper_bound=False, tolerance=TOLERANCE):
+    """doctor --check-fix's rule (src/doctor/check_fix.cc JudgeCheck): the measured
+    gain (speedup - 1) within 30% of the predicted gain, or within 3 points; an
+    upper bound is met from 70% of it (less 3 points) up to it (plus the slack)."""
+    want, got = predicted - 1, measured - 1
+    slack = max(tolerance * abs(want), 0.03)
+    if measured <= 0:
+        return False
+    if upper_bound:
+        return (1 - tolerance) * want - 0.03 <= got <= want + slack
+    return abs(got - want) <= slack
 
 
 def run_scenario(s, opts, cli, photos):
@@ -299,7 +325,8 @@ def run_scenario(s, opts, cli, photos):
     if row["before_samples_per_s"] and row["after_samples_per_s"]:
         row["measured"] = row["after_samples_per_s"] / row["before_samples_per_s"]
         if row["predicted"]:
-            row["within"] = abs(row["measured"] / row["predicted"] - 1) <= TOLERANCE
+            row["within"] = within_tolerance(row["predicted"], row["measured"],
+                                             bool(pred.get("upper_bound")))
     return row
 
 
@@ -327,7 +354,9 @@ def table(rows):
             top = "error: " + r["error"][:60]
         within = r.get("within")
         lines.append([r["scenario"], r["planted"], top, "yes" if r.get("right") else "NO",
-                      r.get("fix_applied", "-"), fmt_gain(r.get("predicted")),
+                      r.get("fix_applied", "-"),
+                      ("≤ " if (r.get("prediction") or {}).get("upper_bound") else "")
+                      + fmt_gain(r.get("predicted")),
                       fmt_gain(r.get("measured")),
                       "-" if within is None else ("yes" if within else "no"),
                       others(r)])
@@ -365,6 +394,8 @@ def summary_line(s):
         line += " (%d measured without a prediction)" % s["measured_without_prediction"]
     if s["skipped"]:
         line += "; skipped: " + ", ".join(s["skipped"])
+    line += ". Goals (>= 9/10, all, >= 80%%): %s" % ", ".join(
+        "%s %s" % (k, "met" if v else "NOT met") for k, v in s["goals"].items())
     return line
 
 
@@ -387,12 +418,12 @@ def main(argv=None):
     p.add_argument("--saturate", default=None, help="the saturate CLI (default $SATURATE_CLI)")
     p.add_argument("--quiet-wait", type=float, default=None,
                    help="before each run, wait up to this many seconds for other work on the "
-                   "machine to drop below 0.5 cores (default 60, 0 with --quick)")
+                   "machine to drop below 0.5 cores (default 20, 0 with --quick)")
     p.add_argument("--json", default=None, help="write the rows and the summary here")
     opts = p.parse_args(argv)
 
     if opts.quiet_wait is None:
-        opts.quiet_wait = 0 if opts.quick else 60
+        opts.quiet_wait = 0 if opts.quick else 20
     names = {s.name for s in SCENARIOS}
     for n in opts.only:
         if n not in names:

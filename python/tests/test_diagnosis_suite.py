@@ -84,6 +84,12 @@ def test_the_table_and_goal_metrics():
     text = suite.table(rows)
     assert "| c | y | input_pipeline 30% | NO | -j 2 | 2.00x | 1.10x | no |" in text, text
     assert "skipped: no torch 2" in text
+    # doctor --check-fix's tolerance: on the gain (speedup - 1), 30% or 3 points.
+    assert suite.within_tolerance(1.5, 1.36) and not suite.within_tolerance(1.5, 1.34)
+    assert suite.within_tolerance(1.05, 1.03) and not suite.within_tolerance(1.05, 1.01)
+    # An upper bound is met from 70% of it up to it.
+    assert suite.within_tolerance(2.0, 1.8, upper_bound=True)
+    assert not suite.within_tolerance(2.0, 1.6, upper_bound=True)
 
 
 def test_fixes_map_to_the_scripts_flags():
@@ -103,6 +109,9 @@ def test_fixes_map_to_the_scripts_flags():
     out, how = suite.apply_fix(s, args, {"cause": "io_bound", "fix_value": None},
                                {"features": {}})
     assert "--cache" in out
+    out, how = suite.apply_fix(s, args, {"cause": "cpu_contention", "fix_value": {"threads": 1}},
+                               {"features": {}})
+    assert out is None, "contention's fix is outside the script"
     straggler = suite.Scenario("t", "t", ["input_pipeline"], [], (10, 10), ranks=2, straggler=1)
     out, how = suite.apply_fix(
         straggler, ["--slow-rank", "1", "--read-mbps", "2", "-b", "8"],
