@@ -298,7 +298,7 @@ def test_kill_9_of_a_rank_mid_save_leaves_a_loadable_previous_checkpoint(tmp_pat
         left = sorted(f"{r}/{x}" for r in os.listdir(d) if r.startswith("rank-")
                       for x in os.listdir(d / r) if x != f"step-{steps[0]}")
         print(f"trial {trial}: killed rank {victim} after {delay:.3f} s; manifests {steps}; "
-              f"rank directories beyond the newest: {left}")
+              f"rank directories besides the newest one's: {left}")
         state, info = dc.load(str(d), info=True)  # the newest verifies, whatever was cut
         assert info["step"] == steps[0] >= 1, (trial, victim, delay, steps)
         exp = W.expected(info["step"], scale)
