@@ -7,8 +7,9 @@ usage:
   checkpoint_dist_worker.py dcp DIR OUT                             (one process) DCP round trips
 
 The state mixes every kind the checkpointer handles: a DTensor sharded on
-dim 0 (uneven: 10 rows over 3 ranks), a replicated DTensor, Shard pieces cut
-along dim 1, plain replicated tensors (float32, bfloat16, an nn.Parameter),
+dim 0 (uneven: 10 rows over 3 ranks), a replicated DTensor, a ShardedTensor
+(FSDP1's kind), Shard pieces cut along dim 1, plain replicated tensors
+(float32, bfloat16, an nn.Parameter),
 a numpy array and per-rank Python values. Every tensor's global value is a
 pure function of (name, step): expected(step).
 """
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 SHAPES = {"model/dt": (10, 6), "model/dt_rep": (4,), "model/emb": (7, 5), "bias": (5,),
-          "half": (3, 4), "param": (2, 2), "np": (6,)}
+          "half": (3, 4), "param": (2, 2), "np": (6,), "model/st": (7, 3)}
 
 
 def expected(step, scale=1):
@@ -63,11 +64,15 @@ def build_state(step, rank, world, mesh, scale=1):
                for k, v in exp.items()}
     emb = exp["model/emb"]
     start, length = chunk(emb.shape[1], world, rank)
+    st = exp["model/st"]
+    st_start, st_len = chunk(st.shape[0], world, rank)
     return {
         "model": {
             "dt": distribute_tensor(exp["model/dt"], mesh, [Shard(0)]),
             "dt_rep": distribute_tensor(exp["model/dt_rep"], mesh, [Replicate()]),
             "emb": Piece(emb[:, start:start + length].clone(), [0, start], list(emb.shape)),
+            "st": sharded_tensor(st[st_start:st_start + st_len].clone(), [st_start, 0], rank,
+                                 list(st.shape)),
         },
         "bias": exp["bias"],
         "half": exp["half"],
@@ -76,6 +81,20 @@ def build_state(step, rank, world, mesh, scale=1):
         "step": step,
         "note": f"rank{rank}",
     }
+
+
+def sharded_tensor(local, offsets, rank, global_shape):
+    """A ShardedTensor (FSDP1's SHARDED_STATE_DICT kind) from this rank's one shard."""
+    import warnings
+
+    from torch.distributed._shard.metadata import ShardMetadata
+    from torch.distributed._shard.sharded_tensor import Shard as STShard
+    from torch.distributed._shard.sharded_tensor import init_from_local_shards
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated in favour of DTensor, still what FSDP1 gives
+        md = ShardMetadata(offsets, list(local.shape), f"rank:{rank}/cpu")
+        return init_from_local_shards([STShard(local, md)], global_shape)
 
 
 def check_state(state, step, rank, world, scale=1):
@@ -92,6 +111,8 @@ def check_state(state, step, rank, world, scale=1):
     }
     s, n = chunk(exp["model/emb"].shape[1], world, rank)
     got["model/emb"] = (state["model"]["emb"].tensor, exp["model/emb"][:, s:s + n])
+    s, n = chunk(exp["model/st"].shape[0], world, rank)
+    got["model/st"] = (state["model"]["st"].local_shards()[0].tensor, exp["model/st"][s:s + n])
     for name, (a, b) in got.items():
         assert a.dtype == b.dtype and a.shape == b.shape, (name, a.dtype, b.dtype, a.shape, b.shape)
         assert torch.equal(a, b), name
@@ -138,6 +159,7 @@ def main():
             for step in range(1, a.steps + 1):
                 ckpt.save(build_state(step, rank, world, mesh, a.scale), step)
                 ckpt.wait()
+                saturate.step()  # doctor's per-rank step table (checkpoint time per step)
         if a.trace:
             saturate.trace.stop()
         write(a.out, f"save-rank{rank}.json", {"rank": rank, "world": world})
@@ -173,7 +195,7 @@ def dcp_round_trips(a, dc):
     step = dc.to_dcp(a.dir, os.path.join(a.out, "as-dcp"))
     exp = expected(step)
     target = {"model": {"dt": torch.zeros(10, 6), "dt_rep": torch.zeros(4),
-                        "emb": torch.zeros(7, 5, dtype=torch.int64)},
+                        "emb": torch.zeros(7, 5, dtype=torch.int64), "st": torch.zeros(7, 3)},
               "bias": torch.zeros(5), "half": torch.zeros(3, 4, dtype=torch.bfloat16),
               "param": torch.zeros(2, 2), "np": torch.zeros(6), "step": -1, "note": ""}
     dcp.load(target, storage_reader=dcp.FileSystemReader(os.path.join(a.out, "as-dcp")),

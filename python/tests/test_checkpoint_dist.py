@@ -6,7 +6,7 @@
   committed without its global manifest (a crash between the two phases) and corrupt
   files fall back to the previous checkpoint;
 - torchrun (torch >= 2, gloo on CPU): save at 2 ranks (DTensor sharded and replicated,
-  Shard pieces, plain tensors, numpy, per-rank values), load at 3 ranks and whole in this
+  ShardedTensor, Shard pieces, plain tensors, numpy, per-rank values), load at 3 ranks and whole in this
   process, every tensor compared; each rank's spans in the run directory; DCP round trips
   with torch's own dcp.load/dcp.save; kill -9 of a random rank at random moments of a
   save loop, after which the newest checkpoint loads and holds exactly its step's values.
@@ -222,6 +222,7 @@ def test_save_at_2_ranks_load_at_3_and_whole_spans_and_dcp_round_trips(tmp_path)
     manifest = json.loads((d / "step-3.manifest.json").read_text())
     shards = {k: [s["rank"] for s in v["shards"]] for k, v in manifest["tensors"].items()}
     assert shards["model/dt"] == [0, 1] and sorted(shards["model/emb"]) == [0, 1]
+    assert sorted(shards["model/st"]) == [0, 1]
     for name in ("bias", "half", "param", "np", "model/dt_rep"):
         assert len(shards[name]) == 1, shards  # replicated: written by one rank
     assert {r for v in shards.values() for r in v} == {0, 1}  # and not all by rank 0
@@ -231,13 +232,13 @@ def test_save_at_2_ranks_load_at_3_and_whole_spans_and_dcp_round_trips(tmp_path)
     loaded = [json.loads((out / f"load-rank{r}.json").read_text()) for r in range(3)]
     assert [x["step"] for x in loaded] == [3, 3, 3] and loaded[0]["saved_world"] == 2
     assert [x["note"] for x in loaded] == ["rank0", "rank1", "rank0"]  # rank 2 gets rank 0's
-    assert all(len(x["checked"]) == 7 for x in loaded)
+    assert all(len(x["checked"]) == 8 for x in loaded)
 
     # Whole, in this process (evaluation): every tensor at its global shape.
     state = dc.load(str(d), rank=1)
     exp = W.expected(3)
     flat = {"model/dt": state["model"]["dt"], "model/dt_rep": state["model"]["dt_rep"],
-            "model/emb": state["model"]["emb"], "bias": state["bias"], "half": state["half"],
+            "model/emb": state["model"]["emb"], "model/st": state["model"]["st"], "bias": state["bias"], "half": state["half"],
             "param": state["param"], "np": state["np"]}
     for name, want in exp.items():
         got = flat[name]
