@@ -502,7 +502,8 @@ NB_MODULE(_core, m) {
              uint64_t ram_cap_bytes, int max_held_batches, bool skip_bad,
              const std::vector<std::string>& transforms, const std::string& device,
              int device_prefetch, const std::string& endpoint, const std::string& cache_dir,
-             uint64_t cache_bytes, uint64_t readahead_bytes, int remote_requests) {
+             uint64_t cache_bytes, uint64_t readahead_bytes, int remote_requests,
+             bool block_shuffle) {
             feed::LoaderOptions o = MakeLoaderOptions(
                 dataset, batch_size, shuffle, seed, drop_last, rank, world_size, drop_uneven,
                 threads, prefetch, ram_cap_bytes, max_held_batches, skip_bad, transforms);
@@ -511,13 +512,14 @@ NB_MODULE(_core, m) {
             o.remote.cache_bytes = cache_bytes;
             o.remote.readahead_bytes = readahead_bytes;
             o.remote.requests = remote_requests;
+            o.block_shuffle = block_shuffle;
             new (self) PyLoader(o, device, device_prefetch);
           },
           "dataset"_a, "batch_size"_a, "shuffle"_a, "seed"_a, "drop_last"_a, "rank"_a.none(),
           "world_size"_a.none(), "drop_uneven"_a, "threads"_a, "prefetch"_a, "ram_cap_bytes"_a,
           "max_held_batches"_a, "skip_bad"_a, "transforms"_a, "device"_a = "cpu",
           "device_prefetch"_a = 2, "endpoint"_a = "", "cache_dir"_a = "", "cache_bytes"_a = 0,
-          "readahead_bytes"_a = 0, "remote_requests"_a = 0)
+          "readahead_bytes"_a = 0, "remote_requests"_a = 0, "block_shuffle"_a = false)
       .def("next", &PyLoader::Next, "framework"_a, "with_info"_a = false, "stream"_a = 0)
       .def("set_epoch", &PyLoader::SetEpoch, "epoch"_a)
       .def("state_json", &PyLoader::StateJson)

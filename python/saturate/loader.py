@@ -88,7 +88,10 @@ class Loader:
     Args:
       dataset: a directory written by ``saturate pack`` / :func:`saturate.pack`.
       batch_size: samples per batch.
-      shuffle, seed: a new permutation each epoch, from (seed, epoch).
+      shuffle, seed: a new permutation each epoch, from (seed, epoch). ``shuffle="block"``
+        shuffles ~4 MiB blocks of neighbouring records, then records within windows of 16
+        blocks: for remote datasets, whose neighbours are fetched together (docs/remote.md).
+        Resume stays exact.
       drop_last: drop the epoch's last, incomplete batch.
       rank, world_size: data-parallel sharding. Default: torch.distributed when
         initialized, else RANK/WORLD_SIZE (torchrun), SLURM_PROCID/SLURM_STEP_NUM_TASKS (inside srun), else 1 rank.
@@ -120,7 +123,7 @@ class Loader:
         dataset: Union[str, os.PathLike],
         batch_size: int = 32,
         *,
-        shuffle: bool = True,
+        shuffle: Union[bool, str] = True,
         seed: int = 0,
         drop_last: bool = False,
         rank: Optional[int] = None,
@@ -149,13 +152,16 @@ class Loader:
             __import__(framework)  # a clear ImportError now, not at the first batch
         if not isinstance(batch_size, int) or batch_size <= 0:
             raise ValueError(f"batch_size: {batch_size!r} (use a positive int)")
+        if shuffle not in (True, False, "block"):
+            raise ValueError(f"shuffle: {shuffle!r} (use True, False or 'block')")
+        block_shuffle = shuffle == "block"
         if rank is None and world_size is None:
             rank, world_size = _distributed_rank()
         self._framework = _FRAMEWORKS[framework]
         self._core = _core.Loader(
             dataset=os.fspath(dataset),
             batch_size=batch_size,
-            shuffle=shuffle,
+            shuffle=bool(shuffle),
             seed=seed,
             drop_last=drop_last,
             rank=rank,
@@ -174,6 +180,7 @@ class Loader:
             cache_bytes=cache_bytes,
             readahead_bytes=readahead_bytes,
             remote_requests=remote_requests,
+            block_shuffle=block_shuffle,
         )
         self._device = device
         self._epoch = 0

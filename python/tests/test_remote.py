@@ -300,6 +300,33 @@ def test_wrong_credentials_name_the_key_and_never_the_secret(s3, folder):
     assert r.returncode != 0 and "nothing-here/manifest.json: not found (HTTP 404" in r.stderr
 
 
+def test_block_shuffle_reads_neighbours_together_and_resumes_exactly(s3, folder):
+    url = packed(folder, f"s3://{BUCKET}/photos")
+
+    def run(state=None, batches=None):
+        loader = saturate.Loader(url, 4, seed=5, shuffle="block", framework="numpy",
+                                 threads=1, transforms={"image": TRANSFORM})
+        if state is not None:
+            loader.load_state_dict(state)
+        labels = []
+        for i, b in enumerate(loader):
+            labels.append(b["label"].copy())
+            if batches is not None and i + 1 == batches:
+                return np.concatenate(labels), loader.state_dict(), loader.stats()
+        return np.concatenate(labels), loader.state_dict(), loader.stats()
+
+    full, _, stats = run()
+    assert sorted(full.tolist()) == sorted(epoch(url)[0].tolist())  # a permutation
+    # The whole (small) dataset is one block window: runs of neighbours share requests
+    # (at open: 1 for the manifest + 3 per shard; then fewer than one per record).
+    assert stats["remote_requests"] < 48
+    head, state, _ = run(batches=5)
+    tail, _, _ = run(state=state)
+    np.testing.assert_array_equal(np.concatenate([head, tail]), full)
+    with pytest.raises(ValueError, match="shuffle"):
+        saturate.Loader(url, 4, shuffle="blocks")
+
+
 class RangeHandler(http.server.SimpleHTTPRequestHandler):
     """http.server's file handler plus single-range GETs (Range: bytes=a-b)."""
 

@@ -670,6 +670,12 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   SamplerOptions so;
   so.dataset_size = dataset->size();
   so.shuffle = options.shuffle;
+  if (options.block_shuffle && dataset->size() > 0) {
+    constexpr uint64_t kBlockBytes = uint64_t{4} << 20, kWindowBlocks = 16;
+    so.block_records = std::max<uint64_t>(
+        1, kBlockBytes * dataset->size() / std::max<uint64_t>(1, dataset->manifest().num_bytes()));
+    so.window_blocks = kWindowBlocks;
+  }
   so.seed = options.seed;
   so.drop_uneven = options.drop_uneven;
   so.shard = shard;

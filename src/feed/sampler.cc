@@ -1,5 +1,6 @@
 #include "feed/sampler.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -104,9 +105,28 @@ void Sampler::EpochIndices(uint64_t epoch, std::vector<uint64_t>* out) const {
 
   std::vector<uint64_t>& a = *out;
   a.resize(n);
-  for (uint64_t i = 0; i < n; ++i) a[i] = i;
   PhiloxStream rng(DeriveKey(options_.seed, RngDomain::kEpochShuffle, epoch), /*stream=*/0);
-  for (uint64_t i = n - 1; i > 0; --i) std::swap(a[i], a[rng.UniformBelow(i + 1)]);
+  if (options_.block_records == 0) {
+    for (uint64_t i = 0; i < n; ++i) a[i] = i;
+    for (uint64_t i = n - 1; i > 0; --i) std::swap(a[i], a[rng.UniformBelow(i + 1)]);
+  } else {
+    const uint64_t br = options_.block_records, blocks = (n + br - 1) / br;
+    const uint64_t wb = std::max<uint64_t>(1, options_.window_blocks);
+    std::vector<uint64_t> perm(blocks);
+    for (uint64_t b = 0; b < blocks; ++b) perm[b] = b;
+    for (uint64_t b = blocks - 1; b > 0; --b) std::swap(perm[b], perm[rng.UniformBelow(b + 1)]);
+    PhiloxStream within(DeriveKey(options_.seed, RngDomain::kEpochShuffle, epoch), /*stream=*/1);
+    uint64_t pos = 0;
+    for (uint64_t b0 = 0; b0 < blocks; b0 += wb) {
+      const uint64_t start = pos;
+      for (uint64_t b = b0; b < std::min(blocks, b0 + wb); ++b) {
+        for (uint64_t i = perm[b] * br; i < std::min(n, perm[b] * br + br); ++i) a[pos++] = i;
+      }
+      for (uint64_t i = pos - 1; i > start; --i) {
+        std::swap(a[i], a[start + within.UniformBelow(i - start + 1)]);
+      }
+    }
+  }
 
   // Compact positions r, r+w, ... to the front in place: position r + k*w >= k,
   // so each read is at or after every slot written so far. The padded tail

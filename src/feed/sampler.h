@@ -59,6 +59,15 @@ Result<ShardSpec> ShardSpecFromEnv(const std::function<const char*(const char*)>
 struct SamplerOptions {
   uint64_t dataset_size = 0;
   bool shuffle = true;
+  // Block shuffle (for remote datasets: neighbours are fetched together).
+  // With shuffle and block_records > 0, step 1 becomes: cut [0, N) into
+  // blocks of block_records consecutive indices (the last may be shorter),
+  // permute the blocks (Fisher-Yates, PhiloxStream stream 0), then shuffle
+  // the indices within each run of window_blocks consecutive blocks of that
+  // permutation (Fisher-Yates, one PhiloxStream stream 1 across the epoch).
+  // Still deterministic in (seed, e, N, block_records, window_blocks).
+  uint64_t block_records = 0;
+  uint64_t window_blocks = 1;
   uint64_t seed = 0;
   bool drop_uneven = false;  // false: pad by repeating; true: drop the tail.
   ShardSpec shard;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,40 @@ TEST(SamplerTest, ShuffledIsAPermutation) {
   EXPECT_NE(order, identity);
   std::sort(order.begin(), order.end());
   EXPECT_EQ(order, identity);
+}
+
+TEST(SamplerTest, BlockShuffleKeepsRecordsInTheirWindow) {
+  SamplerOptions o;
+  o.dataset_size = 1003;  // the last block is short
+  o.seed = 7;
+  o.block_records = 10;
+  o.window_blocks = 4;
+  auto s = Sampler::Create(o);
+  ASSERT_TRUE(s.ok());
+  const std::vector<uint64_t> order = s->EpochIndices(2);
+  // Each window of 4 blocks holds whole blocks: its 40 records (fewer with the
+  // short block) come from exactly the blocks it holds, in shuffled order.
+  std::vector<uint64_t> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  for (uint64_t i = 0; i < sorted.size(); ++i) ASSERT_EQ(sorted[i], i);
+  uint64_t pos = 0, windows = 0;
+  std::vector<uint64_t> blocks_seen;
+  while (pos < order.size()) {
+    std::set<uint64_t> blocks;
+    uint64_t records = 0;
+    while (pos < order.size() && (blocks.size() < 4 || blocks.count(order[pos] / 10))) {
+      blocks.insert(order[pos] / 10);
+      ++pos;
+      ++records;
+    }
+    uint64_t expected = 0;
+    for (uint64_t b : blocks) expected += b == 100 ? 3 : 10;
+    EXPECT_EQ(records, expected);
+    ++windows;
+  }
+  EXPECT_EQ(windows, 26u);  // ceil(101 / 4)
+  EXPECT_NE(order, s->EpochIndices(3));
+  EXPECT_EQ(order, s->EpochIndices(2));  // resume: a pure function of (seed, epoch)
 }
 
 TEST(SamplerTest, EpochAndSeedDetermineTheOrder) {

@@ -180,8 +180,12 @@ class RangeReader::Impl {
       if (plan_base_ < admit_) ahead_bytes_ -= std::min(ahead_bytes_, e.charged);
       auto p = positions_.find(KeyOf(e.range.object, e.range.offset));
       if (p != positions_.end() && !p->second.empty() && p->second.front() == plan_base_) {
-        p->second.pop_front();  // skipped, never read
+        p->second.pop_front();  // skipped, never read (e.g. drop_last): drop what was fetched
         if (p->second.empty()) positions_.erase(p);
+        const uint64_t skipped = KeyOf(e.range.object, e.range.offset);
+        auto r = ready_.find(skipped);
+        if (r != ready_.end() && --r->second.uses <= 0) ready_.erase(r);
+        if (!cache_ && positions_.count(skipped) == 0) wanted_.erase(skipped);
       }
       plan_.pop_front();
       ++plan_base_;

@@ -128,6 +128,11 @@ struct LoaderOptions {
   std::string dataset;
   uint64_t batch_size = 32;
   bool shuffle = true;
+  // With shuffle: shuffle blocks of about 4 MiB of consecutive records, then
+  // records within windows of 16 blocks, instead of the whole dataset, so a
+  // remote dataset is read in runs of neighbouring records (docs/remote.md).
+  // The order stays a pure function of (seed, epoch, dataset): resume is exact.
+  bool block_shuffle = false;
   uint64_t seed = 0;
   bool drop_last = false;  // drop the epoch's last, incomplete batch
   // Sharding for data-parallel training. Unset: from RANK/WORLD_SIZE
