@@ -7,7 +7,7 @@
     dist.init_process_group("gloo")                       # or nccl; torchrun sets the rest
     ckpt = dcp_sat.DistCheckpointer("ckpt", keep=3)       # every rank, same dir
     state = {"model": model.state_dict(), "step": 0}      # DTensor / ShardedTensor / plain
-    if dcp_sat.latest("ckpt") is not None:
+    if dcp_sat.list_checkpoints("ckpt"):
         state = dcp_sat.load("ckpt", state)               # in place, resharded to this world
     for step in range(...):
         ...
