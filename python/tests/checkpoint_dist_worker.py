@@ -162,6 +162,12 @@ def main():
                 saturate.step()  # doctor's per-rank step table (checkpoint time per step)
         if a.trace:
             saturate.trace.stop()
+        # The same tensors saved sharded by torch's own DCP, for from_dcp (mode dcp).
+        import torch.distributed.checkpoint as dcp
+
+        last = build_state(a.steps, rank, world, mesh, a.scale)
+        dcp.save({"model": {"dt": last["model"]["dt"], "st": last["model"]["st"]},
+                  "bias": last["bias"]}, checkpoint_id=os.path.join(a.out, "dcp-sharded"))
         write(a.out, f"save-rank{rank}.json", {"rank": rank, "world": world})
     elif a.mode == "load":
         target = build_state(None, rank, world, mesh, a.scale)
@@ -188,8 +194,9 @@ def main():
 
 
 def dcp_round_trips(a, dc):
-    """saturate (saved by `save` at N ranks) -> DCP -> torch's dcp.load; and
-    dcp.save -> saturate -> saturate's load; every tensor compared."""
+    """saturate (saved by `save` at N ranks) -> DCP -> torch's dcp.load; dcp.save
+    (one process, and the N-rank sharded one `save` wrote) -> saturate -> saturate's
+    load; every tensor compared."""
     import torch.distributed.checkpoint as dcp
 
     step = dc.to_dcp(a.dir, os.path.join(a.out, "as-dcp"))
@@ -217,7 +224,14 @@ def dcp_round_trips(a, dc):
     assert info["step"] == 7 and n == 3, (info, n)
     assert torch.equal(back["w"], src["w"]) and torch.equal(back["nested"]["i"], src["nested"]["i"])
     assert torch.equal(back["nested"]["b"], src["nested"]["b"]) and back["epoch"] == 4
-    write(a.out, "dcp.json", {"to_dcp_step": step, "from_dcp_tensors": n})
+
+    # A DCP checkpoint written sharded by 2 ranks (mode save) -> saturate, whole.
+    n2 = dc.from_dcp(os.path.join(a.out, "dcp-sharded"), os.path.join(a.out, "from-dcp2"), 3)
+    back = dc.load(os.path.join(a.out, "from-dcp2"))
+    assert torch.equal(back["model"]["dt"], exp["model/dt"])
+    assert torch.equal(back["model"]["st"], exp["model/st"])
+    assert torch.equal(back["bias"], exp["bias"]) and n2 == 3
+    write(a.out, "dcp.json", {"to_dcp_step": step, "from_dcp_tensors": n, "from_sharded_dcp": n2})
     return 0
 
 

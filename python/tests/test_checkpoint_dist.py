@@ -263,7 +263,8 @@ def test_save_at_2_ranks_load_at_3_and_whole_spans_and_dcp_round_trips(tmp_path)
     r = subprocess.run([torch2_python(), WORKER, "dcp", str(d), str(out)], env=job_env(tmp_path),
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert json.loads((out / "dcp.json").read_text()) == {"to_dcp_step": 3, "from_dcp_tensors": 3}
+    assert json.loads((out / "dcp.json").read_text()) == {"to_dcp_step": 3, "from_dcp_tensors": 3,
+                                                         "from_sharded_dcp": 3}
 
 
 def wait_for(paths, proc, log, timeout=TIMEOUT):
