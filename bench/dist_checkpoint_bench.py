@@ -2,7 +2,7 @@
 
 usage (torch >= 2, every rank on this machine, gloo):
   PYTHONPATH=build/ci/python OMP_NUM_THREADS=1 .venv-torch2/bin/torchrun --nproc_per_node=2 \
-      bench/dist_checkpoint_bench.py [--gib 1] [--saves 3] [--dir DIR] [--no-prepare]
+      bench/dist_checkpoint_bench.py [--gib 1] [--saves 3] [--dir DIR] [--no-prepare] [--copy-threads N]
 
 Each rank holds a DTensor state sharded on dim 0 (16 float32 tensors, --gib GiB of local
 shards per rank). Save i of each method, alternated (saturate, then DCP, then the next i),
@@ -57,6 +57,7 @@ def main():
     p.add_argument("--saves", type=int, default=3)
     p.add_argument("--dir", default="/tmp/saturate-dist-ckpt-bench")
     p.add_argument("--no-prepare", action="store_true")
+    p.add_argument("--copy-threads", type=int, default=0, help="per rank (0: the default)")
     a = p.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -67,7 +68,7 @@ def main():
     dist.barrier()
     state = make_state(a.gib, mesh, world)
     sat_dir = os.path.join(a.dir, "saturate")
-    ckpt = dc.DistCheckpointer(sat_dir, keep=1)
+    ckpt = dc.DistCheckpointer(sat_dir, keep=1, copy_threads=a.copy_threads)
     prepare_s = 0.0
     if not a.no_prepare:
         t = time.perf_counter()
@@ -101,6 +102,7 @@ def main():
     ckpt.close()
     prepare_s = maxed(prepare_s)
     if rank == 0:
+        print(f"copy threads per rank: {a.copy_threads or 'default'}")
         print(f"{world} ranks x {a.gib} GiB per rank, torch {torch.__version__}, "
               f"prepare {prepare_s:.3f} s (before the loop)" if not a.no_prepare else
               f"{world} ranks x {a.gib} GiB per rank, torch {torch.__version__}, no prepare")
