@@ -64,7 +64,8 @@ import numpy as np
 
 from . import _core
 from .checkpoint import CheckpointWarning
-from .errors import CorruptionError, InternalError, InvalidArgumentError, UnimplementedError
+from .errors import (CorruptionError, InternalError, InvalidArgumentError, UnavailableError,
+                     UnimplementedError)
 
 __all__ = ["DistCheckpointer", "Shard", "load", "latest", "list_checkpoints", "assign_owners",
            "intersect", "shard_extent", "to_dcp", "from_dcp"]
@@ -626,7 +627,7 @@ class DistCheckpointer:
                         got[1].get("seq") == seq:
                     return got
                 if time.monotonic() > deadline:
-                    raise CorruptionError(
+                    raise UnavailableError(
                         f"{path}: rank {rank} did not commit step {step} within "
                         f"{self._commit_timeout_s:.0f} s (the global checkpoint is not written)")
                 time.sleep(delay)
@@ -711,7 +712,7 @@ class DistCheckpointer:
                     pass
                 self._raise_peer_failure(seq)
                 if time.monotonic() > deadline:
-                    raise CorruptionError(f"{path}: step {step} not committed within the timeout")
+                    raise UnavailableError(f"{path}: step {step} not committed within the timeout")
                 time.sleep(delay)
                 delay = min(delay * 2, _POLL_MAX_S)
 

@@ -14,7 +14,6 @@
 
 import json
 import os
-import pickle
 import random
 import signal
 import subprocess
