@@ -174,6 +174,11 @@ def main():
         state, info = dc.load(a.dir, target, info=True)
         names = check_state(state, info["step"], rank, world, a.scale)
         assert state["step"] == info["step"] and state["note"].startswith("rank"), state
+        # Sharded interop at scale: the loaded (resharded) state straight into torch's DCP.
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save({"model": {"dt": state["model"]["dt"], "st": state["model"]["st"]}},
+                 checkpoint_id=os.path.join(a.out, "dcp-from-load"))
         write(a.out, f"load-rank{rank}.json", {"rank": rank, "world": world, "step": info["step"],
                                                "saved_world": info["world_size"], "checked": names,
                                                "note": state["note"]})
@@ -224,6 +229,14 @@ def dcp_round_trips(a, dc):
     assert info["step"] == 7 and n == 3, (info, n)
     assert torch.equal(back["w"], src["w"]) and torch.equal(back["nested"]["i"], src["nested"]["i"])
     assert torch.equal(back["nested"]["b"], src["nested"]["b"]) and back["epoch"] == 4
+
+    # What `load` at 3 ranks passed to dcp.save, read by torch's dcp.load in one process.
+    if os.path.exists(os.path.join(a.out, "dcp-from-load")):
+        t3 = {"model": {"dt": torch.zeros(10, 6), "st": torch.zeros(7, 3)}}
+        dcp.load(t3, storage_reader=dcp.FileSystemReader(os.path.join(a.out, "dcp-from-load")),
+                 no_dist=True)
+        assert torch.equal(t3["model"]["dt"], exp["model/dt"])
+        assert torch.equal(t3["model"]["st"], exp["model/st"])
 
     # A DCP checkpoint written sharded by 2 ranks (mode save) -> saturate, whole.
     n2 = dc.from_dcp(os.path.join(a.out, "dcp-sharded"), os.path.join(a.out, "from-dcp2"), 3)

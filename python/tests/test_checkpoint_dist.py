@@ -258,7 +258,9 @@ def test_save_at_2_ranks_load_at_3_and_whole_spans_and_dcp_round_trips(tmp_path)
         if r == 0:
             assert {"checkpoint_wait_rank0", "checkpoint_wait_rank1", "checkpoint_commit"} <= names
 
-    # DCP: saturate -> DCP read by torch's dcp.load; dcp.save -> saturate.
+    # DCP: saturate -> DCP read by torch's dcp.load (whole with to_dcp, and sharded: the 3
+    # ranks' loaded DTensors passed to dcp.save); dcp.save (1 and 2 ranks) -> saturate.
+    assert (out / "dcp-from-load" / ".metadata").exists()
     r = subprocess.run([torch2_python(), WORKER, "dcp", str(d), str(out)], env=job_env(tmp_path),
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
