@@ -520,8 +520,9 @@ class DistCheckpointer:
     # ---- save ----
 
     def _owners_for(self, items: Dict[str, _Item]) -> Dict[str, int]:
-        sizes = tuple(sorted((i.fqn, _volume(i.global_shape) * _elem_size(i)) for i in items.values()
-                             if i.replicated))
+        # A replicated item is one piece, the whole tensor, on every rank.
+        sizes = tuple(sorted((i.fqn, _volume(i.global_shape) * i.pieces[0][2].element_size())
+                             for i in items.values() if i.replicated))
         if sizes != self._owners_key:
             self._owners_key = sizes
             self._owners = assign_owners(sizes, self.world_size)
@@ -743,13 +744,6 @@ class DistCheckpointer:
         s["blocking_ns"] = self._blocking_ns[-1] if self._blocking_ns else 0
         s["durable_ns"] = self._durable_ns[max(self._durable_ns)] if self._durable_ns else None
         return s
-
-
-def _elem_size(item: _Item) -> int:
-    if item.kind == "numpy":
-        return np.dtype(item.dtype).itemsize
-    torch = _torch()
-    return torch.empty((), dtype=getattr(torch, item.dtype)).element_size()
 
 
 def _global_manifest(dir: str, step: int, ranks, world_size: int) -> Dict[str, Any]:
