@@ -583,11 +583,8 @@ class DistCheckpointer:
                             for i in items.values()},
                 "structure": _structure_bytes(state, ids),
             }
-            saved = self._core.save(step, specs, pickle.dumps(meta, protocol=4))
+            self._core.save(step, specs, pickle.dumps(meta, protocol=4))  # on_busy "wait": True
             del keep
-        if not saved:
-            self._seq -= 1
-            return False
         self._last = (step, self._seq)
         if self._thread is not None:
             self._queue.put((step, self._seq, start))
