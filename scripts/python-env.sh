@@ -23,5 +23,16 @@ numpy_version=$($PY -c 'import numpy; print(numpy.__version__)')
 if ! "${pip[@]}" install "jax[cpu]==0.4.30" "numpy==$numpy_version"; then
   echo "python-env: jax did not install; its tests will be skipped" >&2
 fi
-"${pip[@]}" install .
+# SATURATE_PIP_BUILD_DIR (scripts/test.sh): build in that folder with the test build's settings,
+# so that the package and the test suite come from one build instead of two.
+build=()
+if [[ -n ${SATURATE_PIP_BUILD_DIR:-} ]]; then
+  export CMAKE_GENERATOR=Ninja
+  build=(--no-build-isolation "--config-settings=build-dir=$SATURATE_PIP_BUILD_DIR"
+         --config-settings=cmake.build-type=RelWithDebInfo
+         --config-settings=cmake.define.SATURATE_BUILD_TESTS=ON
+         --config-settings=cmake.define.SATURATE_BUILD_BENCH=ON
+         --config-settings=cmake.define.SATURATE_WERROR=ON)
+fi
+"${pip[@]}" install "${build[@]}" .
 "$VENV/bin/python" -c 'import saturate, torch; print("python-env: saturate", saturate.__version__, "with torch", torch.__version__, "in", __import__("sys").prefix)'

@@ -3,7 +3,8 @@
 #   1. installs missing dependencies (Debian packages; PyPI for the Python venv),
 #   2. builds with warnings as errors (CUDA code and the Python module too)
 #      and runs every unit and end-to-end test,
-#   2b. installs the Python package with `pip install .` into .venv, makes .venv-torch2
+#   2b. installs the Python package with `pip install .` into .venv (built in build/ci, the
+#       same build as step 2), makes .venv-torch2
 #       (PyPI torch >= 2, for torchrun; scripts/torch2-env.sh) and runs pytest,
 #   3. rebuilds with ASan+UBSan and runs every test again,
 #   4. rebuilds the threaded parts with TSan and runs their tests,
@@ -17,8 +18,10 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 step "dependencies"
 scripts/install-deps.sh
 
-step "Python environment and package (pip install . into .venv)"
-scripts/python-env.sh .venv
+step "Python environment and package (pip install . into .venv, built in build/ci)"
+# The package is built in build/ci with the test build's settings, so the next step only
+# re-checks it: one build of the C++ code for the package and the tests, not two.
+SATURATE_PIP_BUILD_DIR=build/ci scripts/python-env.sh .venv
 
 step "build (warnings as errors) and test"
 cmake -S . -B build/ci -G Ninja -DSATURATE_WERROR=ON -DSATURATE_BUILD_BENCH=ON \
