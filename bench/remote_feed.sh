@@ -44,16 +44,17 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-for _ in $(seq 60); do curl -s -o /dev/null "$AWS_ENDPOINT_URL/" && break; sleep 0.5; done
-curl -sSf -X PUT "$AWS_ENDPOINT_URL/bench" >/dev/null
+s3curl() { curl -sSf --aws-sigv4 aws:amz:us-east-1:s3 -u bench:bench "$@"; }
+# The S3 port answers before the filer behind it is ready: retry the bucket creation.
+for _ in $(seq 120); do s3curl -X PUT "$AWS_ENDPOINT_URL/bench" >/dev/null 2>&1 && break; sleep 0.5; done
 # Upload with plain curl: shards first, manifest last.
 for f in "$DS"/*.srec "$DS"/manifest.json; do
-  curl -sSf -T "$f" "$AWS_ENDPOINT_URL/bench/photos/$(basename "$f")" >/dev/null
+  s3curl -T "$f" "$AWS_ENDPOINT_URL/bench/photos/$(basename "$f")" >/dev/null
 done
 URL=s3://bench/photos
 feed() {  # MODE DATASET [FLAGS...]
   local mode=$1; shift
-  "$SAT" bench feed "$@" --json -q --threads "$THREADS" --warmup 2 -b 64 \
+  "$SAT" bench feed "$@" --json --threads "$THREADS" --warmup 2 -b 64 \
     -t image:crop=random,size=224 2>/dev/null |
     python3 -c "import json,sys; j=json.load(sys.stdin); j['mode']='$mode'; print(json.dumps(j))" \
     >>"$work/results.jsonl"
@@ -61,26 +62,34 @@ feed() {  # MODE DATASET [FLAGS...]
 for r in $(seq "$REPEATS"); do
   feed local "$DS"
   feed s3-nocache "$URL"
+  feed s3-nocache-block "$URL" --block-shuffle
   rm -rf "$work/cache"
   feed s3-cache-cold "$URL" --cache-dir "$work/cache"
   feed s3-cache-warm "$URL" --cache-dir "$work/cache"
 done
+# Bytes per epoch in a longer run: a one-epoch run also counts the read-ahead into the next
+# epoch (up to 64 MiB) that a training run would use.
+feed s3-nocache-3-epochs "$URL" --epochs 3
 bytes=$(python3 -c "import json; m=json.load(open('$DS/manifest.json')); print(sum(s['bytes'] for s in m['shards']))")
 python3 - "$work/results.jsonl" "$bytes" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 size = int(sys.argv[2])
-modes = ["local", "s3-nocache", "s3-cache-cold", "s3-cache-warm"]
+modes = ["local", "s3-nocache", "s3-nocache-block", "s3-cache-cold", "s3-cache-warm"]
 rate = {m: statistics.median(r["images_per_s"] for r in rows if r["mode"] == m) for m in modes}
 print(f"dataset: {size / 2**20:.1f} MiB, {rows[0]['samples']} samples timed per run, "
       f"{len(rows) // len(modes)} runs per mode (median)")
-print(f"{'mode':<15} {'images/s':>9} {'vs local':>9} {'fetched/epoch':>14} {'requests':>9} {'cache hit':>9}")
+print(f"{'mode':<17} {'images/s':>9} {'vs local':>9} {'fetched/epoch':>14} {'requests':>9} {'cache hit':>9}")
 for m in modes:
     rs = [r for r in rows if r["mode"] == m]
     rem = rs[-1].get("remote", {})
     fetched = rem.get("bytes_fetched", 0)
     blocks = rem.get("cache_hits", 0) + rem.get("cache_misses", 0)
     hit = f"{100 * rem['cache_hits'] / blocks:.0f}%" if blocks else "-"
-    print(f"{m:<15} {rate[m]:>9.1f} {rate[m] / rate['local']:>8.1%} "
+    print(f"{m:<17} {rate[m]:>9.1f} {rate[m] / rate['local']:>8.1%} "
           f"{fetched / size:>13.3f}x {rem.get('requests', 0):>9} {hit:>9}")
+long = [r for r in rows if r["mode"] == "s3-nocache-3-epochs"]
+if long:
+    print(f"no cache, 3 epochs in one run: {long[0]['remote']['bytes_fetched'] / size / 3:.3f}x "
+          f"the dataset fetched per epoch")
 PY

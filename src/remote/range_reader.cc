@@ -82,7 +82,8 @@ class RangeReader::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    work_cv_.notify_all();
+    done_cv_.notify_all();
     for (std::thread& t : threads_) t.join();
   }
 
@@ -105,7 +106,8 @@ class RangeReader::Impl {
       plan_.push_back({r, 0});
     }
     AdmitLocked();
-    cv_.notify_all();
+    work_cv_.notify_all();
+    done_cv_.notify_all();  // a replaced plan drops keys readers may wait on
   }
 
   Result<std::shared_ptr<std::byte[]>> Read(const ByteRange& r) {
@@ -191,8 +193,7 @@ class RangeReader::Impl {
       ++plan_base_;
     }
     admit_ = std::max(admit_, plan_base_);
-    AdmitLocked();
-    cv_.notify_all();
+    if (AdmitLocked()) work_cv_.notify_all();
   }
 
   bool HaveBlockLocked(uint64_t key) const {
@@ -202,7 +203,9 @@ class RangeReader::Impl {
 
   // Admits plan entries into the window: the units they need that are not
   // here, in flight or wanted already become wanted.
-  void AdmitLocked() {
+  // Returns whether new units became wanted.
+  bool AdmitLocked() {
+    const size_t before = wanted_order_.size();
     while (admit_ < plan_base_ + plan_.size() && ahead_bytes_ < options_.readahead_bytes) {
       PlanEntry& e = plan_[admit_ - plan_base_];
       const ByteRange& r = e.range;
@@ -231,6 +234,7 @@ class RangeReader::Impl {
       ahead_bytes_ += e.charged;
       ++admit_;
     }
+    return wanted_order_.size() > before;
   }
 
   // The next request: the first wanted unit, with the wanted units that
@@ -260,7 +264,7 @@ class RangeReader::Impl {
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
       Job job;
-      cv_.wait(lock, [&] { return stop_ || NextJobLocked(&job); });
+      work_cv_.wait(lock, [&] { return stop_ || NextJobLocked(&job); });
       if (stop_) {
         for (const auto& [key, len] : job.parts) inflight_.erase(key);
         return;
@@ -303,7 +307,7 @@ class RangeReader::Impl {
         ++write_errors_;
         PutMemLocked(key, std::move(bytes));
       }
-      cv_.notify_all();
+      done_cv_.notify_all();
     }
   }
 
@@ -327,7 +331,7 @@ class RangeReader::Impl {
       // Requested or queued (the fetchers take the queue in plan order, so
       // it is near the front): wait for it.
       if (inflight_.count(key) == 0 && wanted_.count(key) == 0) break;
-      cv_.wait(lock);
+      done_cv_.wait(lock);
     }
     inflight_.insert(key);  // not planned (or beyond the window): fetch it here
     lock.unlock();
@@ -336,7 +340,7 @@ class RangeReader::Impl {
                                 std::span<std::byte>(buffer.get(), r.length));
     lock.lock();
     inflight_.erase(key);
-    cv_.notify_all();
+    done_cv_.notify_all();
     if (!s.ok()) return s;
     return buffer;
   }
@@ -362,7 +366,7 @@ class RangeReader::Impl {
                        std::span<std::byte> part) {
     const std::string name = BlockName(object, block);
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return inflight_.count(key) == 0 && wanted_.count(key) == 0; });
+    done_cv_.wait(lock, [&] { return inflight_.count(key) == 0 && wanted_.count(key) == 0; });
     if (auto it = mem_blocks_.find(key); it != mem_blocks_.end()) {
       std::memcpy(part.data(), it->second->data() + offset, part.size());
       return Status::OK();
@@ -391,7 +395,7 @@ class RangeReader::Impl {
     if (s.ok()) stored = cache_->Insert(name, *bytes).ok();
     lock.lock();
     inflight_.erase(key);
-    cv_.notify_all();
+    done_cv_.notify_all();
     SATURATE_RETURN_IF_ERROR(s);
     ++misses_;
     fetched_.insert(key);
@@ -411,7 +415,8 @@ class RangeReader::Impl {
   std::vector<std::thread> threads_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable work_cv_;  // fetchers: new wanted units (or stop)
+  std::condition_variable done_cv_;  // readers: a fetch ended, or the plan changed
   bool stop_ = false;
   std::deque<PlanEntry> plan_;
   uint64_t generation_ = 0;  // Plan(replace) calls so far

@@ -26,6 +26,7 @@ struct FeedFlags {
   uint64_t warmup = 2;
   uint64_t seed = 0;
   bool no_shuffle = false;
+  bool block_shuffle = false;
   bool skip_bad = false;
   std::vector<std::string> transforms;
   std::string device = "cpu";
@@ -77,6 +78,7 @@ Result<feed::LoaderOptions> MakeOptions(const FeedFlags& f) {
   o.batch_size = f.batch;
   o.seed = f.seed;
   o.shuffle = !f.no_shuffle;
+  o.block_shuffle = f.block_shuffle;
   o.skip_bad = f.skip_bad;
   o.remote = f.remote;
   SATURATE_ASSIGN_OR_RETURN(o.threads, ParseAuto("--threads", f.threads));
@@ -208,6 +210,9 @@ void RegisterBench(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--seed", f->seed, "Shuffle and augmentation seed")->capture_default_str();
   cmd->add_flag("--no-shuffle", f->no_shuffle, "Read in dataset order");
+  cmd->add_flag("--block-shuffle", f->block_shuffle,
+                "Shuffle ~4 MiB blocks of neighbouring records, then within windows of 16 blocks "
+                "(remote datasets: neighbours are fetched together)");
   cmd->add_flag("--skip-bad", f->skip_bad, "Skip corrupt samples (counted) instead of failing");
   cmd->add_option("-t,--transform", f->transforms,
                   "Per-field transform FIELD:OPTION,... e.g. "
