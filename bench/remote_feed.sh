@@ -35,7 +35,8 @@ export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_ENDPOINT_URL=http
 mkdir -p "$work/data"
 "$WEED" server -dir="$work/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 -master.port="$MP" \
   -volume.port="$VP" -filer.port="$FP" -s3 -s3.port="$SP" -volume.max=100 \
-  -master.volumeSizeLimitMB=64 >"$work/weed.log" 2>&1 &
+  -master.volumeSizeLimitMB=64 -s3.port.iceberg=0 -s3.port.lance=0 -master.telemetry=false \
+  >"$work/weed.log" 2>&1 &
 weed_pid=$!
 cleanup() {
   kill "$weed_pid" 2>/dev/null || true

@@ -78,7 +78,9 @@ class SeaweedFS:
             [weed_binary(), "server", f"-dir={self.root}/data", "-ip=127.0.0.1",
              "-ip.bind=127.0.0.1", f"-master.port={m}", f"-volume.port={v}",
              f"-filer.port={fl}", "-s3", f"-s3.port={s3}", f"-s3.config={self.root}/s3.json",
-             "-volume.max=100", "-master.volumeSizeLimitMB=64"],
+             "-volume.max=100", "-master.volumeSizeLimitMB=64",
+             # Fixed default ports (Iceberg 8181, Lance 9101) would clash with a second server.
+             "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + timeout
         while time.time() < deadline:
