@@ -40,7 +40,8 @@ def photos(tmp_path_factory):
 
 def options(runs):
     return suite.argparse.Namespace(quick=True, no_fix=True, runs=str(runs),
-                                    python=sys.executable, torch2_python=None, quiet_wait=0)
+                                    python=sys.executable, torch2_python=None, quiet_wait=0,
+                                    repeat=1)
 
 
 @pytest.mark.parametrize("name", suite.CPU_SCENARIOS)
