@@ -149,7 +149,10 @@ class RangeReader::Impl {
   struct PlanEntry {
     ByteRange range;
     uint64_t charged = 0;  // bytes requested ahead for it (released when read)
+    bool read = false;
   };
+  // Plan entries this far behind the furthest read are taken as skipped.
+  static constexpr uint64_t kSkipSlack = 4096;
   struct Ready {
     std::shared_ptr<std::byte[]> bytes;
     uint64_t length = 0;
@@ -177,14 +180,22 @@ class RangeReader::Impl {
     it->second.pop_front();
     if (it->second.empty()) positions_.erase(it);
     consumed_ = std::max(consumed_, pos + 1);
-    while (plan_base_ < consumed_ && !plan_.empty()) {
+    // Reads arrive a little out of order (several workers), so an entry is
+    // released when it is read, and an unread one only once it is far behind.
+    PlanEntry& read = plan_[pos - plan_base_];
+    read.read = true;
+    ahead_bytes_ -= std::min(ahead_bytes_, read.charged);
+    read.charged = 0;
+    while (!plan_.empty() && (plan_.front().read || plan_base_ + kSkipSlack < consumed_)) {
       const PlanEntry& e = plan_.front();
-      if (plan_base_ < admit_) ahead_bytes_ -= std::min(ahead_bytes_, e.charged);
-      auto p = positions_.find(KeyOf(e.range.object, e.range.offset));
-      if (p != positions_.end() && !p->second.empty() && p->second.front() == plan_base_) {
-        p->second.pop_front();  // skipped, never read (e.g. drop_last): drop what was fetched
-        if (p->second.empty()) positions_.erase(p);
+      if (!e.read) {  // skipped, never read (e.g. drop_last): drop what was fetched for it
+        if (plan_base_ < admit_) ahead_bytes_ -= std::min(ahead_bytes_, e.charged);
         const uint64_t skipped = KeyOf(e.range.object, e.range.offset);
+        auto p = positions_.find(skipped);
+        if (p != positions_.end() && !p->second.empty() && p->second.front() == plan_base_) {
+          p->second.pop_front();
+          if (p->second.empty()) positions_.erase(p);
+        }
         auto r = ready_.find(skipped);
         if (r != ready_.end() && --r->second.uses <= 0) ready_.erase(r);
         if (!cache_ && positions_.count(skipped) == 0) wanted_.erase(skipped);
@@ -208,6 +219,10 @@ class RangeReader::Impl {
     const size_t before = wanted_order_.size();
     while (admit_ < plan_base_ + plan_.size() && ahead_bytes_ < options_.readahead_bytes) {
       PlanEntry& e = plan_[admit_ - plan_base_];
+      if (e.read) {  // a reader got here first
+        ++admit_;
+        continue;
+      }
       const ByteRange& r = e.range;
       if (!cache_) {
         const uint64_t key = KeyOf(r.object, r.offset);

@@ -106,6 +106,24 @@ TEST(RangeReader, ShuffledPlanFetchesEachRecordOnceWithoutCache) {
   ExpectRecord(store, reader.get(), 5);
 }
 
+TEST(RangeReader, ReadsSlightlyOutOfPlanOrderFetchNothingTwice) {
+  auto store = MakeStore();
+  SATURATE_ASSERT_OK_AND_ASSIGN(
+      auto reader, RangeReader::Open(store, {{"obj", kRecord * kRecords}}, "ds", Small()));
+  std::vector<ByteRange> plan;
+  for (uint64_t i = 0; i < kRecords; ++i) plan.push_back(Rec((i * 37) % kRecords));
+  reader->Plan(plan, true);
+  // Two workers: each reads every other chunk of 4, the second one chunk late.
+  for (uint64_t c = 0; c < kRecords; c += 8) {
+    for (uint64_t k = c + 4; k < std::min(c + 8, kRecords); ++k) {
+      ExpectRecord(store, reader.get(), plan[k].offset / kRecord);
+    }
+    for (uint64_t k = c; k < c + 4; ++k)
+      ExpectRecord(store, reader.get(), plan[k].offset / kRecord);
+  }
+  EXPECT_EQ(store->fetched(), kRecord * kRecords);
+}
+
 TEST(RangeReader, CacheServesASecondEpochWithoutFetching) {
   saturate::testing::TempDir dir;
   auto store = MakeStore();
