@@ -38,6 +38,7 @@ mkdir -p "$work/data"
   -master.volumeSizeLimitMB=64 -s3.port.iceberg=0 -s3.port.lance=0 -master.telemetry=false \
   >"$work/weed.log" 2>&1 &
 weed_pid=$!
+disown "$weed_pid"  # no "Killed" notice from the clean-up
 cleanup() {
   kill "$weed_pid" 2>/dev/null || true
   sleep 2
@@ -68,9 +69,12 @@ for r in $(seq "$REPEATS"); do
   feed s3-cache-cold "$URL" --cache-dir "$work/cache"
   feed s3-cache-warm "$URL" --cache-dir "$work/cache"
 done
-# Bytes per epoch in a longer run: a one-epoch run also counts the read-ahead into the next
-# epoch (up to 64 MiB) that a training run would use.
-feed s3-nocache-3-epochs "$URL" --epochs 3
+# Bytes per epoch in the steady state: a run also counts its read-ahead past its last epoch
+# (up to 64 MiB), so take the difference between a 4-epoch and a 2-epoch run.
+feed s3-nocache-2-epochs "$URL" --epochs 2
+feed s3-nocache-4-epochs "$URL" --epochs 4
+feed s3-block-2-epochs "$URL" --epochs 2 --block-shuffle
+feed s3-block-4-epochs "$URL" --epochs 4 --block-shuffle
 bytes=$(python3 -c "import json; m=json.load(open('$DS/manifest.json')); print(sum(s['bytes'] for s in m['shards']))")
 python3 - "$work/results.jsonl" "$bytes" <<'PY'
 import json, statistics, sys
@@ -89,8 +93,10 @@ for m in modes:
     hit = f"{100 * rem['cache_hits'] / blocks:.0f}%" if blocks else "-"
     print(f"{m:<17} {rate[m]:>9.1f} {rate[m] / rate['local']:>8.1%} "
           f"{fetched / size:>13.3f}x {rem.get('requests', 0):>9} {hit:>9}")
-long = [r for r in rows if r["mode"] == "s3-nocache-3-epochs"]
-if long:
-    print(f"no cache, 3 epochs in one run: {long[0]['remote']['bytes_fetched'] / size / 3:.3f}x "
-          f"the dataset fetched per epoch")
+def fetched(mode):
+    return next(r["remote"]["bytes_fetched"] for r in rows if r["mode"] == mode)
+for name, m in (("global shuffle", "s3-nocache"), ("block shuffle", "s3-block")):
+    per_epoch = (fetched(f"{m}-4-epochs") - fetched(f"{m}-2-epochs")) / 2
+    print(f"no cache, {name}: {per_epoch / size:.3f}x the dataset fetched per epoch "
+          f"(4-epoch run minus 2-epoch run, halved)")
 PY
