@@ -257,6 +257,8 @@ def apply_fix(scenario, args, finding, findings):
         step_s = findings["features"].get("step_time_mean_s") or 0
         every = max(1, round(fix["checkpoint_interval_s"] / step_s)) if step_s else 10 ** 9
         return set_flag(args, "--save-every", every), "--save-every %d" % every
+    if not fix:
+        return None, "n/a (no number in the fix)"
     return None, "no flag for %s %s" % (cause, json.dumps(fix))
 
 
