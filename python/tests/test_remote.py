@@ -196,7 +196,7 @@ def test_pack_to_s3_then_read_it_like_a_local_dataset(s3, folder, tmp_path):
     np.testing.assert_array_equal(images, want_images)
     # Each record fetched once (plus shard headers and indexes), by coalesced requests.
     assert info["bytes"] <= stats["remote_bytes_fetched"] <= 1.05 * info["bytes"] + 4096
-    assert stats["remote_requests"] < 48 + 3 * info["shards"] + 1
+    assert stats["remote_requests"] < 48 + 2 * info["shards"] + 1
     assert stats["remote_errors"] == 0
     bench = json.loads(cli("bench", "feed", url, "-b", "8", "--warmup", "0", "--json",
                            "-t", "image:" + TRANSFORM).stdout)
@@ -320,7 +320,7 @@ def test_block_shuffle_reads_neighbours_together_and_resumes_exactly(s3, folder)
     full, _, stats = run()
     assert sorted(full.tolist()) == sorted(epoch(url)[0].tolist())  # a permutation
     # The whole (small) dataset is one block window: runs of neighbours share requests
-    # (at open: 1 for the manifest + 3 per shard; then fewer than one per record).
+    # (at open: 1 for the manifest + 2 per shard; then fewer than one per record).
     assert stats["remote_requests"] < 48
     head, state, _ = run(batches=5)
     tail, _, _ = run(state=state)

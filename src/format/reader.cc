@@ -1,8 +1,10 @@
 #include "saturate/format/reader.h"
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <functional>
+#include <thread>
 
 #include "base/file.h"
 #include "format/shard_format.h"
@@ -124,25 +126,57 @@ Result<std::unique_ptr<Dataset>> Dataset::OpenRemote(const std::string& url,
   SATURATE_ASSIGN_OR_RETURN(
       auto reader, remote::RangeReader::Open(store, std::move(objects), id, options.remote));
   std::unique_ptr<Dataset> ds(new Dataset(url, std::move(manifest), options));
+  // Each shard's header, footer and index: two requests per shard (the
+  // header, and the index with the footer: their size follows from the
+  // manifest's record count), shards checked on up to 16 threads at once.
+  constexpr uint64_t kMaxTailBytes = uint64_t{64} << 20;
   const uint64_t fingerprint = SchemaFingerprint(ds->schema());
-  for (uint32_t i = 0; i < ds->manifest_.shards.size(); ++i) {
+  const size_t count = ds->manifest_.shards.size();
+  std::vector<std::vector<IndexEntry>> indexes(count);
+  std::vector<Status> results(count);
+  std::atomic<size_t> next{0};
+  auto check = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < count;) {
+      const ShardInfo& info = ds->manifest_.shards[i];
+      std::vector<std::byte> tail;
+      uint64_t tail_offset = info.bytes;
+      auto read = [&](uint64_t offset, uint64_t n,
+                      std::vector<std::byte>* scratch) -> Result<std::span<const std::byte>> {
+        if (offset > info.bytes || n > info.bytes - offset) {
+          return Status::Corruption("range " + std::to_string(offset) + "+" + std::to_string(n) +
+                                    " outside the shard");
+        }
+        const uint64_t tail_bytes =
+            std::min({info.bytes, kMaxTailBytes, info.records * kIndexEntryBytes + kFooterBytes});
+        if (tail_offset == info.bytes && offset + n == info.bytes && n <= tail_bytes) {
+          tail_offset = info.bytes - tail_bytes;
+          tail.resize(info.bytes - tail_offset);
+          Status got = store->GetRange(info.file, tail_offset, tail);
+          if (!got.ok()) {
+            tail_offset = info.bytes;
+            return got;
+          }
+        }
+        if (offset >= tail_offset) {
+          return std::span<const std::byte>(tail.data() + (offset - tail_offset), n);
+        }
+        scratch->resize(n);
+        SATURATE_RETURN_IF_ERROR(store->GetRange(info.file, offset, *scratch));
+        return std::span<const std::byte>(*scratch);
+      };
+      results[i] = CheckShard(info, ds->schema(), fingerprint, info.bytes, read, &indexes[i]);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < std::min<size_t>(16, count); ++t) threads.emplace_back(check);
+  check();
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < count; ++i) {
     const ShardInfo& info = ds->manifest_.shards[i];
-    Shard shard{info.file, nullptr, {}};
-    auto read = [&](uint64_t offset, uint64_t n,
-                    std::vector<std::byte>* scratch) -> Result<std::span<const std::byte>> {
-      if (offset > info.bytes || n > info.bytes - offset) {
-        return Status::Corruption("range " + std::to_string(offset) + "+" + std::to_string(n) +
-                                  " outside the shard");
-      }
-      scratch->resize(n);
-      SATURATE_RETURN_IF_ERROR(store->GetRange(info.file, offset, *scratch));
-      return std::span<const std::byte>(*scratch);
-    };
-    Status s = CheckShard(info, ds->schema(), fingerprint, info.bytes, read, &shard.index);
-    if (!s.ok()) return s.WithContext(where.Describe(info.file));
+    if (!results[i].ok()) return results[i].WithContext(where.Describe(info.file));
     ds->shard_start_.push_back(ds->total_records_);
     ds->total_records_ += info.records;
-    ds->shards_.push_back(std::move(shard));
+    ds->shards_.push_back(Shard{info.file, nullptr, std::move(indexes[i])});
   }
   ds->remote_ = std::move(reader);
   return ds;
