@@ -17,8 +17,8 @@ packages=(
   libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   # saturate fleet talks to https:// Prometheus servers
   libssl-dev
-  # remote datasets (s3://, http(s)://): libcurl with AWS SigV4
-  libcurl4-openssl-dev
+  # remote datasets (s3://, http(s)://): libcurl with AWS SigV4; the curl tool sets up their tests
+  libcurl4-openssl-dev curl
   # sample data (scripts/make-photo-dataset, Fashion-MNIST)
   python3 python3-pil dataset-fashion-mnist plasma-workspace-wallpapers
   # the Python package, its tests and examples (scripts/python-env.sh): Debian's
