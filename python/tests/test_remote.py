@@ -194,8 +194,10 @@ def test_pack_to_s3_then_read_it_like_a_local_dataset(s3, folder, tmp_path):
     want_labels, want_images, _ = epoch(local)
     np.testing.assert_array_equal(labels, want_labels)
     np.testing.assert_array_equal(images, want_images)
-    # Each record fetched once (plus shard headers and indexes), by coalesced requests.
-    assert info["bytes"] <= stats["remote_bytes_fetched"] <= 1.05 * info["bytes"] + 4096
+    # Each record fetched once, plus whatever of the next epoch the read-ahead took before the
+    # loader closed (the workers start it before this one ends; timing-dependent, at most a
+    # whole epoch here). The steady per-epoch figure is bench/remote_feed.sh's and the unit tests'.
+    assert info["bytes"] <= stats["remote_bytes_fetched"] <= 2 * info["bytes"] + 4096
     assert stats["remote_requests"] < 48 + 2 * info["shards"] + 1
     assert stats["remote_errors"] == 0
     bench = json.loads(cli("bench", "feed", url, "-b", "8", "--warmup", "0", "--json",

@@ -102,7 +102,7 @@ class RangeReader::Impl {
       ahead_bytes_ = 0;
     }
     for (const ByteRange& r : ranges) {
-      positions_[KeyOf(r.object, r.offset)].push_back(plan_base_ + plan_.size());
+      positions_.emplace(KeyOf(r.object, r.offset), plan_base_ + plan_.size());
       plan_.push_back({r, 0});
     }
     AdmitLocked();
@@ -174,11 +174,16 @@ class RangeReader::Impl {
 
   // Marks the plan position of `key` read and releases the window behind it.
   void ConsumeLocked(uint64_t key) {
-    auto it = positions_.find(key);
-    if (it == positions_.end() || it->second.empty()) return;
-    const uint64_t pos = it->second.front();
-    it->second.pop_front();
-    if (it->second.empty()) positions_.erase(it);
+    // The earliest unread position of `key` (a record is planned more than
+    // once only near epoch ends: padding, or the next epoch's plan).
+    auto [first, last] = positions_.equal_range(key);
+    if (first == last) return;
+    auto it = first;
+    for (auto j = first; j != last; ++j) {
+      if (j->second < it->second) it = j;
+    }
+    const uint64_t pos = it->second;
+    positions_.erase(it);
     consumed_ = std::max(consumed_, pos + 1);
     // Reads arrive a little out of order (several workers), so an entry is
     // released when it is read, and an unread one only once it is far behind.
@@ -191,10 +196,12 @@ class RangeReader::Impl {
       if (!e.read) {  // skipped, never read (e.g. drop_last): drop what was fetched for it
         if (plan_base_ < admit_) ahead_bytes_ -= std::min(ahead_bytes_, e.charged);
         const uint64_t skipped = KeyOf(e.range.object, e.range.offset);
-        auto p = positions_.find(skipped);
-        if (p != positions_.end() && !p->second.empty() && p->second.front() == plan_base_) {
-          p->second.pop_front();
-          if (p->second.empty()) positions_.erase(p);
+        auto [from, to] = positions_.equal_range(skipped);
+        for (auto p = from; p != to; ++p) {
+          if (p->second == plan_base_) {
+            positions_.erase(p);
+            break;
+          }
         }
         auto r = ready_.find(skipped);
         if (r != ready_.end() && --r->second.uses <= 0) ready_.erase(r);
@@ -439,7 +446,9 @@ class RangeReader::Impl {
   uint64_t admit_ = 0;       // first plan position not yet admitted to the window
   uint64_t consumed_ = 0;    // one past the furthest plan position read
   uint64_t ahead_bytes_ = 0;
-  std::unordered_map<uint64_t, std::deque<uint64_t>> positions_;  // unread plan positions
+  // Unit key -> an unread plan position (a multimap: a node per entry, where
+  // a deque per key cost over 500 bytes per planned record).
+  std::unordered_multimap<uint64_t, uint64_t> positions_;
   std::map<uint64_t, uint64_t> wanted_;  // unit key -> length, not yet requested
   std::deque<uint64_t> wanted_order_;    // the same keys in plan order
   std::unordered_set<uint64_t> inflight_;
