@@ -662,6 +662,27 @@ std::vector<doctor::Finding> WithoutCpuParallelism(std::vector<doctor::Finding> 
   return findings;
 }
 
+// The first rank's own comm-phase finding counts its waits for the other
+// ranks as communication. The cross-rank measure (the least time any rank
+// spent in collectives) replaces it when it is large enough to report; when
+// it is not, the collectives themselves are cheap and the waits are the
+// straggler's (or nobody's) cost, so the rank's own finding goes.
+std::vector<doctor::Finding> WithoutOwnCommunication(std::vector<doctor::Finding> findings,
+                                                     const std::vector<doctor::Finding>& cross) {
+  auto key_of = [](const doctor::Finding& f) {
+    return f.evidence.empty() ? std::string() : f.evidence.front().key;
+  };
+  const bool measured = std::any_of(cross.begin(), cross.end(), [&](const doctor::Finding& f) {
+    return key_of(f) == "collective_ms_per_step";
+  });
+  if (!measured) {
+    std::erase_if(findings, [&](const doctor::Finding& f) {
+      return f.cause == "communication" && key_of(f) == "comm_pct";
+    });
+  }
+  return findings;
+}
+
 }  // namespace
 
 Result<DirAnalysis> AnalyzeDir(const std::string& dir, const doctor::AnalysisOptions& options) {
@@ -688,7 +709,8 @@ Result<DirAnalysis> AnalyzeDir(const std::string& dir, const doctor::AnalysisOpt
       DiagnoseRanks(table, straggler, out.analysis.features.duration_s,
                     out.analysis.features.duration_s, out.run.meta.exit_code, job.hang);
   const bool shared_cores = SharesCpusWithRanks(job, out.analysis.features);
-  std::vector<doctor::Finding> found = WithoutCpuParallelism(out.analysis.findings, shared_cores);
+  std::vector<doctor::Finding> found =
+      WithoutOwnCommunication(WithoutCpuParallelism(out.analysis.findings, shared_cores), extra);
   MergeFindings(extra, job.ranks.front().rank, &found);
   out.analysis.findings = doctor::RankFindings(std::move(found), options.min_time_lost_pct);
   // A straggler too small to report is not named in the report either.
@@ -701,8 +723,10 @@ Result<DirAnalysis> AnalyzeDir(const std::string& dir, const doctor::AnalysisOpt
     out.analysis.features.ranks.others_wait_per_step_s = 0;
     out.analysis.features.ranks.straggler_reason.clear();
   }
-  std::vector<doctor::Finding> all = WithoutCpuParallelism(
-      doctor::Diagnose(out.run, out.analysis.features, all_options), shared_cores);
+  std::vector<doctor::Finding> all = WithoutOwnCommunication(
+      WithoutCpuParallelism(doctor::Diagnose(out.run, out.analysis.features, all_options),
+                            shared_cores),
+      extra);
   MergeFindings(extra, job.ranks.front().rank, &all);
   out.all_findings = doctor::RankFindings(std::move(all), 0);
   return out;
