@@ -33,6 +33,7 @@ import datetime
 import fcntl
 import io
 import os
+import shutil
 import struct
 import sys
 import tempfile
@@ -252,8 +253,11 @@ def main():
     if rank == 0:
         print("done: %d steps, %.1f samples/s" % (step, step * args.batch_size * world / elapsed),
               flush=True)
-    if not args.checkpoint_dir and os.path.exists(ckpt):
-        os.remove(ckpt)
+    if not args.checkpoint_dir:
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+    disk = getattr(getattr(dataset, "loader", None), "disk", None)
+    if disk is not None and os.path.exists(disk.state_path):
+        os.remove(disk.state_path)
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
