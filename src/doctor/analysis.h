@@ -177,6 +177,9 @@ struct Features {
   // Checkpoints.
   std::optional<double> checkpoint_s;  // summed checkpoint spans on the training thread
   int64_t checkpoints = 0;             // how many of them
+  // The steps right after the saves: their time beyond the median step
+  // (page-cache writeback, caches refilled), a cost outside the spans.
+  std::optional<double> checkpoint_after_s;
 
   // ---- Added for the rules (docs/diagnosis.md) ----------------------------
 

@@ -397,6 +397,44 @@ void StepFeatures(const Run& run, const Training& t, Features* f) {
 
 // Checkpoint spans that stall training: those on the training thread (an
 // asynchronous writer's spans on its own thread cost the steps nothing).
+// What the steps right after each save lose beyond their median length
+// (dirty pages written back, caches refilled): a cost of the save outside
+// its span. The steps holding a save, or within kAfterSaveSteps after one,
+// are compared with the median of the others.
+constexpr size_t kAfterSaveSteps = 3;
+
+std::optional<double> PostCheckpointSlowdown(const std::vector<Interval>& saves,
+                                             const std::vector<Interval>& steps) {
+  if (saves.empty() || steps.size() < 2 * kAfterSaveSteps) return std::nullopt;
+  std::vector<int> after(steps.size(), -1);  // steps since the last save ended, -1: none near
+  size_t k = 0;
+  for (const Interval& save : saves) {
+    while (k < steps.size() && steps[k].end_ns <= save.start_ns) ++k;
+    // The steps holding the save (0), then the next ones (1, 2, ...).
+    int n = 0;
+    for (size_t i = k; i < steps.size() && n < int(kAfterSaveSteps); ++i) {
+      if (steps[i].start_ns < save.end_ns) {
+        after[i] = 0;
+      } else {
+        after[i] = ++n;
+      }
+    }
+  }
+  std::vector<int64_t> clean;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (after[i] < 0) clean.push_back(steps[i].end_ns - steps[i].start_ns);
+  }
+  if (clean.size() < kAfterSaveSteps) return std::nullopt;
+  std::nth_element(clean.begin(), clean.begin() + clean.size() / 2, clean.end());
+  const int64_t median_ns = clean[clean.size() / 2];
+  int64_t extra_ns = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (after[i] > 0)
+      extra_ns += std::max<int64_t>(0, steps[i].end_ns - steps[i].start_ns - median_ns);
+  }
+  return Seconds(extra_ns);
+}
+
 void CheckpointFeatures(const Run& run, const Training& t, Features* f) {
   if (!t.tid) return;
   std::vector<Interval> spans;
@@ -420,6 +458,7 @@ void CheckpointFeatures(const Run& run, const Training& t, Features* f) {
     }
   }
   f->checkpoint_s = Seconds(total_ns);
+  f->checkpoint_after_s = PostCheckpointSlowdown(spans, t.steps);
 }
 
 // ---- Samples -------------------------------------------------------------------
@@ -922,6 +961,7 @@ nlohmann::json Features::ToJson() const {
   Put(j, "mem_available_min_bytes", mem_available_min_bytes);
   Put(j, "exit_code", exit_code);
   Put(j, "checkpoint_s", checkpoint_s);
+  Put(j, "checkpoint_after_s", checkpoint_after_s);
   Put(j, "gpu_memory_used_max_pct", gpu_memory_used_max_pct);
   Put(j, "throttled_pct", throttled_pct);
   Put(j, "throttle_clock_loss_pct", throttle_clock_loss_pct);

@@ -838,10 +838,15 @@ std::optional<Finding> CheckpointRule(const Features& f, const AnalysisOptions& 
                   "sqrt(2 x %.3g s x MTBF) with an assumed MTBF of %.0f h.",
                   interval_s, now.c_str(), cost_s, options.assumed_mtbf_s / 3600);
   x.fix_value = {{"checkpoint_interval_s", interval_s}};
-  PredictSaving(f, x, *f.checkpoint_s,
-                Fmt("%lld blocking saves cost %.3g s; written in the background they cost only "
-                    "a snapshot",
-                    (long long)f.checkpoints, *f.checkpoint_s),
+  const double after_s = f.checkpoint_after_s.value_or(0);
+  if (after_s > 0) {
+    Add(x, "checkpoint_after_s", after_s, "s",
+        "the steps right after the saves, beyond the median step (writeback, caches)");
+  }
+  PredictSaving(f, x, *f.checkpoint_s + after_s,
+                Fmt("%lld blocking saves cost %.3g s, and the steps after them %.3g s more; "
+                    "saved less often (or in the background) that cost goes",
+                    (long long)f.checkpoints, *f.checkpoint_s, after_s),
                 true);
   return x;
 }

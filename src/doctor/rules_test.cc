@@ -418,6 +418,27 @@ TEST(RulesTest, CheckpointStallUsesYoungsInterval) {
   EXPECT_NE(top.fix.find("assumed MTBF of 24 h"), std::string::npos) << top.fix;
 }
 
+// A save also slows the steps after it (dirty pages written back): that
+// cost is outside the save's span, and the prediction counts it.
+TEST(RulesTest, CheckpointCountsTheSlowStepsAfterASave) {
+  RunBuilder b;
+  b.Gpus(1).Steps(20, {{"forward", 1}});
+  for (int i = 0; i < 2; ++i) {
+    b.AddSpan("checkpoint", SpanKind::kCheckpoint, RunBuilder::kPid, RunBuilder::kTid, b.now_s(),
+              2);
+    // The step holding the save, then two 1.5 s steps before the usual 1 s.
+    b.Pause(2).Steps(3, {{"forward", 1.5}}).Steps(20, {{"forward", 1}});
+  }
+  Analysis a = Analyze(b.Build());
+  ASSERT_TRUE(a.features.checkpoint_after_s.has_value());
+  EXPECT_NEAR(*a.features.checkpoint_after_s, 2 * 2 * 0.5, 1e-6);
+  const Finding* x = Find(a.findings, "checkpoint_stall");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  EXPECT_NEAR(x->time_lost_s, 4, 1e-6);  // the spans; the rest is in the prediction
+  ASSERT_TRUE(x->prediction.has_value());
+  EXPECT_NEAR(x->prediction->speedup, a.features.active_s / (a.features.active_s - 6), 1e-3);
+}
+
 TEST(RulesTest, ThrottlingFromPowerCapsAndClocks) {
   RunBuilder b;
   b.Gpus(1).Steps(40, {{"forward", 0.5}}).Samples([](double t, SamplePoint& s) {

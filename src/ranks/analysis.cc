@@ -434,11 +434,17 @@ doctor::Finding StragglerFinding(const std::vector<RankSteps>& table, const Stra
   if (s.elems_ratio > 0)
     Add(x, "elems_ratio", s.elems_ratio, "x", "its batch elements / the others' median");
   x.fix = fix;
-  // The others' waits at collectives end when the straggler keeps pace.
-  x.prediction = doctor::SavingPrediction(
-      duration_s, s.lost_s, std::nullopt, "steps/s",
-      "the other ranks wait " + Duration(s.others_wait_per_step_s) + " a step for it; that ends",
-      true);
+  // When the straggler keeps pace, every rank's step loses its extra time:
+  // the others stop waiting for it, and it stops taking longer.
+  double step_s = 0;
+  for (const RankStep& st : me->steps) step_s += st.dur_s / double(me->steps.size());
+  if (step_s > s.excess_per_step_s && s.excess_per_step_s > 0) {
+    x.prediction = doctor::SavingPrediction(
+        duration_s, duration_s * s.excess_per_step_s / step_s, std::nullopt, "steps/s",
+        "steps of " + Duration(step_s) + " lose the straggler's extra " +
+            Duration(s.excess_per_step_s) + " of " + s.reason + " when it keeps pace",
+        true);
+  }
   return x;
 }
 
