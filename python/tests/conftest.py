@@ -136,6 +136,25 @@ def torchrun(python):
     return [exe] if os.access(exe, os.X_OK) else [python, "-m", "torch.distributed.run"]
 
 
+def torchrun_job(nproc, script, *args):
+    """The real torchrun, one node, NPROC ranks, its rendezvous and every rank on
+    127.0.0.1, running SCRIPT ARGS under the torch 2 interpreter."""
+    return [*torchrun(torch2_python()), "--nnodes=1", f"--nproc_per_node={nproc}",
+            "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{free_port()}",
+            "--local_addr=127.0.0.1", "--max_restarts=0", script, *args]
+
+
+def torchrun_env(tmp_path):
+    """This environment without launcher, Slurm or saturate variables, with only this
+    saturate on PYTHONPATH, Gloo on the loopback and one OpenMP thread per rank."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SATURATE_", "SLURM_", "TORCHELASTIC_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(PYTHONPATH=saturate_path(tmp_path / "pythonpath"), GLOO_SOCKET_IFNAME="lo",
+               OMP_NUM_THREADS="1")
+    return env
+
+
 def saturate_path(directory):
     """A folder holding only a link to the saturate package this test imports, for
     PYTHONPATH of another CPython of the same version (the torch 2 venv): it adds

@@ -29,7 +29,7 @@ from saturate import dist_checkpoint as dc  # noqa: E402
 from saturate.checkpoint import CheckpointWarning  # noqa: E402
 from saturate.errors import CorruptionError, InvalidArgumentError  # noqa: E402
 
-from conftest import HERE, free_port, torch2_python, torchrun  # noqa: E402
+from conftest import HERE, torch2_python, torchrun_env, torchrun_job  # noqa: E402
 
 WORKER = os.path.join(HERE, "checkpoint_dist_worker.py")
 TIMEOUT = 120
@@ -173,26 +173,13 @@ def test_pieces_that_do_not_tile_a_tensor_fail_the_commit_not_the_previous_check
 
 
 def torchrun_cmd(nproc, *args):
-    return [*torchrun(torch2_python()), "--nnodes=1", f"--nproc_per_node={nproc}",
-            "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{free_port()}",
-            "--local_addr=127.0.0.1", "--max_restarts=0", WORKER, *args]
-
-
-def job_env(tmp_path):
-    from conftest import saturate_path
-
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SATURATE_", "SLURM_", "TORCHELASTIC_"))
-           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(PYTHONPATH=saturate_path(tmp_path / "pythonpath"), GLOO_SOCKET_IFNAME="lo",
-               OMP_NUM_THREADS="1")
-    return env
+    return torchrun_job(nproc, WORKER, *args)
 
 
 def start(tmp_path, cmd):
     log = tmp_path / f"job-{time.monotonic_ns()}.log"
     with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, env=job_env(tmp_path), stdout=f, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, env=torchrun_env(tmp_path), stdout=f, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     return proc, log
 
@@ -261,7 +248,7 @@ def test_save_at_2_ranks_load_at_3_and_whole_spans_and_dcp_round_trips(tmp_path)
     # DCP: saturate -> DCP read by torch's dcp.load (whole with to_dcp, and sharded: the 3
     # ranks' loaded DTensors passed to dcp.save); dcp.save (1 and 2 ranks) -> saturate.
     assert (out / "dcp-from-load" / ".metadata").exists()
-    r = subprocess.run([torch2_python(), WORKER, "dcp", str(d), str(out)], env=job_env(tmp_path),
+    r = subprocess.run([torch2_python(), WORKER, "dcp", str(d), str(out)], env=torchrun_env(tmp_path),
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert json.loads((out / "dcp.json").read_text()) == {"to_dcp_step": 3, "from_dcp_tensors": 3,

@@ -22,26 +22,14 @@ import pytest
 
 import saturate
 
-from conftest import DIGITS, HERE, free_port, saturate_path, torch2_python, torchrun
+from conftest import DIGITS, HERE, torchrun_env, torchrun_job
 
 WORKER = os.path.join(HERE, "dist_worker.py")
 TIMEOUT = 120
 
 
 def torchrun_cmd(nproc, *worker_args):
-    """The real torchrun, one node, NPROC ranks, its rendezvous and every rank on 127.0.0.1."""
-    return [*torchrun(torch2_python()), "--nnodes=1", f"--nproc_per_node={nproc}",
-            "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{free_port()}",
-            "--local_addr=127.0.0.1", "--max_restarts=0", WORKER, *worker_args]
-
-
-def job_env(tmp_path):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SATURATE_", "SLURM_", "TORCHELASTIC_"))
-           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(PYTHONPATH=saturate_path(tmp_path / "pythonpath"), GLOO_SOCKET_IFNAME="lo",
-               OMP_NUM_THREADS="1")
-    return env
+    return torchrun_job(nproc, WORKER, *worker_args)
 
 
 def start(tmp_path, nproc, *worker_args):
@@ -49,7 +37,7 @@ def start(tmp_path, nproc, *worker_args):
     its output in a log file; returns (Popen, log path)."""
     log = tmp_path / f"torchrun-{time.monotonic_ns()}.log"
     with open(log, "w") as f:
-        proc = subprocess.Popen(torchrun_cmd(nproc, *worker_args), env=job_env(tmp_path),
+        proc = subprocess.Popen(torchrun_cmd(nproc, *worker_args), env=torchrun_env(tmp_path),
                                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
     return proc, log
 
