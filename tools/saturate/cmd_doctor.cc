@@ -135,7 +135,11 @@ std::pair<double, bool> MeasuredGain(const nlohmann::json& tune, const doctor::K
   for (const nlohmann::json& t : tune.value("trials", nlohmann::json::array())) {
     if (!t.contains("throughput") || t.contains("verify_round")) continue;
     const std::string value = t["config"].value(c.knob, std::string());
-    (value == c.from ? from : value == c.to ? to : from) = t["throughput"].get<double>();
+    if (value == c.from) {
+      from = t["throughput"].get<double>();
+    } else if (value == c.to) {
+      to = t["throughput"].get<double>();
+    }
   }
   return {from > 0 ? to / from : 0.0, false};
 }
