@@ -331,6 +331,26 @@ Result<ProcessStat> ReadProcess(const std::string& proc_root, int pid) {
   return p;
 }
 
+std::vector<int> ParseChildren(std::string_view text) {
+  std::vector<int> pids;
+  size_t i = 0;
+  while (true) {
+    while (i < text.size() && text[i] == ' ') ++i;
+    int pid = 0;
+    const auto [end, ec] = std::from_chars(text.data() + i, text.data() + text.size(), pid);
+    if (ec != std::errc() || pid <= 0) break;
+    pids.push_back(pid);
+    i = size_t(end - text.data());
+  }
+  return pids;
+}
+
+std::vector<int> ReadChildren(const std::string& proc_root, int pid) {
+  const std::string id = std::to_string(pid);
+  Result<std::string> text = ReadFileToString(proc_root + "/" + id + "/task/" + id + "/children");
+  return text.ok() ? ParseChildren(*text) : std::vector<int>();
+}
+
 Result<std::vector<ProcessStat>> ListProcesses(const std::string& proc_root) {
   std::vector<ProcessStat> processes;
   std::error_code ec;

@@ -179,6 +179,15 @@ Result<HostCounters> ReadHostCounters(const std::string& proc_root = "/proc",
 // exited while being read.
 Result<ProcessStat> ReadProcess(const std::string& proc_root, int pid);
 
+// The pids in a <pid>/task/<tid>/children file ("123 456 "): the children
+// that thread forked. Anything that is not a pid ends the list.
+std::vector<int> ParseChildren(std::string_view text);
+
+// The children the main thread of `pid` forked, from
+// <proc_root>/<pid>/task/<pid>/children; empty when the kernel lacks the
+// file (CONFIG_PROC_CHILDREN) or the process exited.
+std::vector<int> ReadChildren(const std::string& proc_root, int pid);
+
 // Every numeric entry of proc_root, by pid. Processes that vanish mid-scan
 // are skipped.
 Result<std::vector<ProcessStat>> ListProcesses(const std::string& proc_root = "/proc");

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <filesystem>
@@ -49,6 +50,30 @@ void MakeSysBlock(const std::string& sys_root,
 }
 
 // ---- parsers on recorded files ----------------------------------------------
+
+TEST(ParseChildren, PidsUntilSomethingElse) {
+  EXPECT_EQ(ParseChildren("123 456 "), (std::vector<int>{123, 456}));
+  EXPECT_EQ(ParseChildren(""), std::vector<int>());
+  EXPECT_EQ(ParseChildren("12 x 3"), std::vector<int>{12});
+  EXPECT_EQ(ParseChildren("0 7"), std::vector<int>());
+}
+
+TEST(ReadChildren, AForkedChildIsListed) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sleep(10);
+    _exit(0);
+  }
+  const std::vector<int> children = ReadChildren("/proc", getpid());
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  if (!std::filesystem::exists("/proc/self/task/" + std::to_string(getpid()) + "/children")) {
+    GTEST_SKIP() << "this kernel has no /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN)";
+  }
+  EXPECT_NE(std::find(children.begin(), children.end(), child), children.end());
+  EXPECT_TRUE(ReadChildren("/proc", INT_MAX).empty());  // no such process: none
+}
 
 TEST(ParseCpuStat, RecordedFile) {
   SATURATE_ASSERT_OK_AND_ASSIGN(CpuStat stat, ParseCpuStat(Recorded("stat")));

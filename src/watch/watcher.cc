@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "base/file.h"
 #include "base/rank_env.h"
@@ -37,8 +38,11 @@ int64_t ThreadCpuNs() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-// The watched process tree: a full /proc scan every kRescanNs finds new
-// children; in between only the known members are read (cheap at 100 Hz).
+// The watched process tree: a full /proc scan every kRescanNs finds every
+// new descendant; in between the known members are read, with the children
+// their main threads forked (cheap at 100 Hz). Without the latter, workers
+// that live less than a rescan interval (a DataLoader's, started again at
+// every epoch) were missed, and their CPU counted as other processes'.
 class TreeTracker {
  public:
   TreeTracker(std::string proc_root, int root_pid)
@@ -53,9 +57,14 @@ class TreeTracker {
         last_scan_ns_ = now_ns;
       }
     } else {
-      for (int pid : pids_) {
-        auto p = ReadProcess(proc_root_, pid);
-        if (p.ok()) members.push_back(std::move(*p));
+      std::unordered_set<int> known(pids_.begin(), pids_.end());
+      for (size_t i = 0; i < pids_.size(); ++i) {
+        auto p = ReadProcess(proc_root_, pids_[i]);
+        if (!p.ok()) continue;
+        members.push_back(std::move(*p));
+        for (int child : ReadChildren(proc_root_, pids_[i])) {
+          if (known.insert(child).second) pids_.push_back(child);
+        }
       }
     }
     pids_.clear();

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -66,6 +69,33 @@ TEST(WatcherTest, RecordsARunDirectory) {
   ASSERT_EQ(s["gpus"].size(), 2u);
   EXPECT_TRUE(s["gpus"][0].contains("util_pct"));
   EXPECT_TRUE(s["gpus"][0].contains("power_w"));
+}
+
+// A child that lives less than the 1 s full rescan (a DataLoader worker
+// started again at every epoch) is found through its parent's children list.
+TEST(WatcherTest, AShortLivedChildJoinsTheTreeBeforeTheNextRescan) {
+  testing::TempDir dir;
+  const std::string run = dir.path() + "/run";
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto w, Watcher::Start(FakeGpuOptions(run)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));  // past the first full scan
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sleep(10);
+    _exit(0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  SATURATE_ASSERT_OK(w->Stop(0));
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  if (!std::filesystem::exists("/proc/self/task/" + std::to_string(getpid()) + "/children")) {
+    GTEST_SKIP() << "this kernel has no /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN)";
+  }
+  bool seen = false;
+  for (const json& s : ReadLines(run + "/samples.jsonl")) {
+    for (const json& m : s["tree"]["members"]) seen = seen || m["pid"] == child;
+  }
+  EXPECT_TRUE(seen) << "the child was not in the tree within 200 ms";
 }
 
 TEST(WatcherTest, PrometheusPageFollowsDcgmExporterNames) {
