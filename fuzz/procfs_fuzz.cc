@@ -10,7 +10,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
   using namespace saturate::watch;
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0:
       (void)ParseCpuStat(text);
       break;
@@ -22,6 +22,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 3:
       (void)ParseCpuPressureSomeUs(text);
+      break;
+    case 4:
+      (void)ParseChildren(text);
       break;
     default:
       (void)ParseProcessStat(text);
