@@ -115,6 +115,19 @@ void VerifyShardBytes(const ShardInfo& info, std::span<const std::byte> shard, c
 
 namespace {
 
+// Parses the manifest into report->manifest; a bad one is the report's
+// problem, and there is nothing more to check.
+bool TakeManifest(const std::string& text, const std::string& name, VerifyReport* report,
+                  Checker* check) {
+  Result<Manifest> manifest = ParseManifest(text, name);
+  if (!manifest.ok()) {
+    check->Add(name, -1, -1, manifest.status());
+    return false;
+  }
+  report->manifest = *std::move(manifest);
+  return true;
+}
+
 // A remote dataset: the manifest, then each shard fetched whole (one at a
 // time, so memory stays at one shard) and checked like a local one.
 Result<VerifyReport> VerifyRemote(const std::string& url, const VerifyOptions& options) {
@@ -132,21 +145,17 @@ Result<VerifyReport> VerifyRemote(const std::string& url, const VerifyOptions& o
               "missing at " + where.Describe(manifest_name) + ": not a complete dataset");
     return report;
   }
-  auto manifest = ParseManifest(*text, manifest_name);
-  if (!manifest.ok()) {
-    check.Add(manifest_name, -1, -1, manifest.status());
-    return report;
-  }
-  report.manifest = *manifest;
-  const uint64_t total = manifest->num_bytes();
+  if (!TakeManifest(*text, manifest_name, &report, &check)) return report;
+  const Manifest& manifest = report.manifest;
+  const uint64_t total = manifest.num_bytes();
   std::vector<std::byte> bytes;
-  for (const ShardInfo& info : manifest->shards) {
+  for (const ShardInfo& info : manifest.shards) {
     bytes.resize(info.bytes);
     Status s = store->GetRange(info.file, 0, bytes);
     if (!s.ok()) {
       check.Add(info.file, -1, -1, s);
     } else {
-      VerifyShardBytes(info, bytes, manifest->schema, &report, &check);
+      VerifyShardBytes(info, bytes, manifest.schema, &report, &check);
     }
     report.bytes_checked += info.bytes;
     if (options.progress) options.progress(report.bytes_checked, total);
@@ -173,15 +182,11 @@ Result<VerifyReport> VerifyDataset(const std::string& dir, const VerifyOptions& 
                   : text.status().message());
     return report;
   }
-  auto manifest = ParseManifest(*text, manifest_name);
-  if (!manifest.ok()) {
-    check.Add(manifest_name, -1, -1, manifest.status());
-    return report;
-  }
-  report.manifest = *manifest;
-  const uint64_t total = manifest->num_bytes();
-  for (const ShardInfo& info : manifest->shards) {
-    VerifyShard(dir, info, manifest->schema, options.use_mmap, &report, &check);
+  if (!TakeManifest(*text, manifest_name, &report, &check)) return report;
+  const Manifest& manifest = report.manifest;
+  const uint64_t total = manifest.num_bytes();
+  for (const ShardInfo& info : manifest.shards) {
+    VerifyShard(dir, info, manifest.schema, options.use_mmap, &report, &check);
     report.bytes_checked += info.bytes;
     if (options.progress) options.progress(report.bytes_checked, total);
   }
