@@ -1,0 +1,173 @@
+"""saturate.lightning with the real PyTorch Lightning (PyPI `lightning`, on CPU): the
+DataModule feeds every sample once per epoch, evaluation passes are whole, a limited
+epoch does not run into the next, a run resumed mid-epoch continues with the batch after
+the checkpoint's, and the callback's spans and step marks match the optimizer updates.
+
+Runs in the torch 2 line of CI (scripts/torch2-env.sh installs lightning into
+.venv-torch2); elsewhere it skips, saying why.
+"""
+
+import glob
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+try:
+    import lightning.pytorch as pl
+except ImportError:
+    pl = pytest.importorskip(
+        "pytorch_lightning", reason="PyTorch Lightning is not installed (scripts/torch2-env.sh "
+        "installs `lightning` into .venv-torch2, which CI runs this file with)")
+
+import saturate  # noqa: E402
+from saturate import transforms as T  # noqa: E402
+from saturate.lightning import SaturateCallback, SaturateDataModule  # noqa: E402
+
+from conftest import DIGITS  # noqa: E402
+
+BATCH = 10
+BATCHES = -(-DIGITS // BATCH)  # 11 per epoch, the last one short
+
+
+class Recorder(pl.LightningModule):
+    """A linear model on the 8x8 digits that records the labels of each batch it trains
+    and validates on."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(64, 1)
+        self.train_labels = []  # one list of ints per training batch, in order
+        self.val_labels = []  # one list per validation pass
+
+    def training_step(self, batch, batch_idx):
+        self.train_labels.append(batch["label"].tolist())
+        x = batch["image"].reshape(-1, 64).float() / 255
+        return torch.nn.functional.mse_loss(self.layer(x).squeeze(1), batch["label"].float() / 255)
+
+    def on_validation_epoch_start(self):
+        self.val_labels.append([])
+
+    def validation_step(self, batch, batch_idx):
+        self.val_labels[-1].extend(batch["label"].tolist())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def trainer(tmp_path, **kwargs):
+    args = dict(accelerator="cpu", devices=1, max_epochs=2, logger=False,
+                enable_progress_bar=False, enable_model_summary=False,
+                enable_checkpointing=False, default_root_dir=str(tmp_path))
+    args.update(kwargs)
+    return pl.Trainer(**args)
+
+
+def by_epoch(batches):
+    return [sorted(sum(batches[e * BATCHES:(e + 1) * BATCHES], [])) for e in range(2)]
+
+
+def test_every_sample_once_per_epoch_and_whole_validation_passes(digits, tmp_path):
+    data = SaturateDataModule(digits, val=digits, batch_size=BATCH, threads=2, seed=3)
+    model = Recorder()
+    trainer(tmp_path).fit(model, datamodule=data)
+
+    assert len(model.train_labels) == 2 * BATCHES
+    assert by_epoch(model.train_labels) == [list(range(DIGITS))] * 2
+    assert model.train_labels[:BATCHES] != model.train_labels[BATCHES:]  # reshuffled
+    # The sanity check reads 2 batches; every validation after it reads all, in order.
+    assert [len(p) for p in model.val_labels] == [2 * BATCH, DIGITS, DIGITS]
+    assert model.val_labels[1] == model.val_labels[2] == list(range(DIGITS))
+    # The same order as the plain loader's epochs 0 and 1 (rank 0 of 1).
+    plain = saturate.Loader(digits, BATCH, seed=3, threads=1)
+    expected = [b["label"].tolist() for b in plain] + [b["label"].tolist() for b in plain]
+    assert model.train_labels == expected
+
+
+def test_a_limited_epoch_does_not_run_into_the_next(digits, tmp_path):
+    data = SaturateDataModule(digits, batch_size=BATCH, threads=2, seed=5)
+    model = Recorder()
+    trainer(tmp_path, limit_train_batches=3).fit(model, datamodule=data)
+
+    plain = saturate.Loader(digits, BATCH, seed=5, threads=1)
+    first = [b["label"].tolist() for b in plain][:3]
+    plain.set_epoch(1)
+    second = [b["label"].tolist() for b in plain][:3]
+    assert model.train_labels == first + second
+
+
+def test_resume_mid_epoch_continues_with_the_next_batch(digits, tmp_path):
+    # A whole run that checkpoints every 4 steps (mid-epoch: 11 batches an epoch)...
+    ckpts = tmp_path / "ckpt"
+    whole = Recorder()
+    every4 = pl.callbacks.ModelCheckpoint(dirpath=str(ckpts), every_n_train_steps=4,
+                                          save_top_k=-1, filename="{step}")
+    trainer(tmp_path, enable_checkpointing=True, callbacks=[every4]).fit(
+        whole, datamodule=SaturateDataModule(digits, batch_size=BATCH, threads=2, seed=7))
+    assert {"step=4.ckpt", "step=12.ckpt"} <= set(os.listdir(ckpts))
+
+    # ...and new runs, in fresh loaders, resumed from step 4 (epoch 0) and 12 (epoch 1).
+    for step in (4, 12):
+        resumed = Recorder()
+        trainer(tmp_path).fit(
+            resumed, datamodule=SaturateDataModule(digits, batch_size=BATCH, threads=2, seed=7),
+            ckpt_path=str(ckpts / f"step={step}.ckpt"))
+        assert resumed.train_labels == whole.train_labels[step:], step
+
+
+def test_lightning_holds_one_large_batch_at_a_time(photos, tmp_path):
+    """48x48 RGB crops, 6 a batch: 41 KiB views of the loader's buffers (the lifetime rule
+    applies). With max_held_batches=1, any batch Lightning kept alive past its step would
+    make the next one raise."""
+
+    class Photos(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 3)
+            self.sizes = []
+
+        def training_step(self, batch, batch_idx):
+            x = batch["image"]
+            self.sizes.append(tuple(x.shape))
+            return self.layer(x.float().mean(dim=(2, 3))).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    data = SaturateDataModule(photos, batch_size=6, threads=2, max_held_batches=1, prefetch=1,
+                              transforms={"image": [T.RandomResizedCrop(48)]})
+    model = Photos()
+    trainer(tmp_path).fit(model, datamodule=data)
+    assert model.sizes == [(6, 3, 48, 48)] * 12  # 36 photos, 2 epochs
+
+
+def test_callback_records_phases_and_one_step_per_update(digits, tmp_path):
+    run = tmp_path / "run"
+    callback = SaturateCallback(run, watch=True, watch_interval=0.002)  # the fit takes ~40 ms
+    model = Recorder()
+    trainer(tmp_path, accumulate_grad_batches=2, callbacks=[callback]).fit(
+        model, datamodule=SaturateDataModule(digits, batch_size=BATCH, threads=2))
+    assert not saturate.trace.enabled()  # it stopped what it started
+
+    updates = 2 * -(-BATCHES // 2)  # 6 per epoch: the epoch's last, odd batch steps too
+    assert callback.steps == updates
+    events = []
+    for path in glob.glob(str(run / "spans-*.jsonl")):
+        with open(path) as f:
+            events += [json.loads(line) for line in f]
+    spans = {}
+    for e in events:
+        if e["ph"] == "X" and e["cat"] == "user":
+            spans[e["name"]] = spans.get(e["name"], 0) + 1
+    assert spans == {"forward": 2 * BATCHES, "backward": 2 * BATCHES, "optimizer": updates}
+    steps = [e["step"] for e in events if e["ph"] == "step"]
+    assert steps == list(range(steps[0], steps[0] + updates))  # numbered per process
+    waits = [e for e in events if e["ph"] == "X" and e["name"] == "data_wait"]
+    assert len(waits) >= 2 * BATCHES  # the loader's own spans
+    # watch=True: the samples of this process beside the spans.
+    with open(run / "meta.json") as f:
+        meta = json.load(f)
+    assert meta["pid"] == os.getpid() and meta["exit_code"] == 0
+    with open(run / "samples.jsonl") as f:
+        assert len(f.readlines()) == meta["samples"] > 0
