@@ -333,6 +333,123 @@ class CountingAllocator : public BatchAllocator {
   std::atomic<int> allocations{0}, live{0}, peak{0};
 };
 
+// Fixed-size records only (the gather path): pixels uint8[12,13] filled
+// with (i * 7 + k) % 256 at element k, label = i. One shard.
+Status WriteFixedDataset(const std::string& dir, uint64_t n) {
+  format::Schema schema{{FieldSpec{"pixels", FieldKind::kArray, DType::kUInt8, {12, 13}},
+                         FieldSpec{"label", FieldKind::kInt64}}};
+  SATURATE_ASSIGN_OR_RETURN(auto w, format::DatasetWriter::Create(dir, schema, {}));
+  for (uint64_t i = 0; i < n; ++i) {
+    std::vector<uint8_t> px(156);
+    for (size_t k = 0; k < px.size(); ++k) px[k] = static_cast<uint8_t>(i * 7 + k);
+    int64_t label = static_cast<int64_t>(i);
+    std::vector<std::span<const std::byte>> f{format::AsBytes(std::span<const uint8_t>(px)),
+                                              format::AsBytes(label)};
+    SATURATE_RETURN_IF_ERROR(w->Append(f));
+  }
+  return w->Finish();
+}
+
+LoaderOptions FixedOptions(const std::string& dir, int threads) {
+  LoaderOptions o;
+  o.dataset = dir;
+  o.batch_size = 16;
+  o.seed = 5;
+  o.threads = threads;
+  o.rank = 0;
+  o.world_size = 1;
+  o.fields = {FieldOptions{
+      .field = "pixels",
+      .array = {.to_float = true, .scale = 1.0f / 255, .mean = 0.286f, .std = 0.353f}}};
+  return o;
+}
+
+// The gather path writes every sample where the per-sample formula says,
+// whatever the thread count, and resumes to the same bytes.
+TEST(LoaderTest, FixedSizeRecordsAreGatheredIntoTheBatch) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteFixedDataset(dir.path(), 150));
+  const float mul = 1.0f / 255 / 0.353f, add = -0.286f / 0.353f;
+  std::vector<std::string> reference;
+  for (int threads : {1, 2, 3}) {
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(FixedOptions(dir.path(), threads)));
+    SATURATE_ASSERT_OK(loader->SetEpoch(2));
+    std::vector<std::string> batches;
+    std::set<int64_t> seen;
+    while (true) {
+      SATURATE_ASSERT_OK_AND_ASSIGN(auto b, loader->Next());
+      if (!b) break;
+      const auto* px = static_cast<const float*>(b->Find("pixels")->data);
+      const std::vector<int64_t> labels = Labels(*b);
+      for (size_t s = 0; s < labels.size(); ++s) {
+        seen.insert(labels[s]);
+        for (size_t k = 0; k < 156; ++k) {
+          const float want =
+              static_cast<float>(static_cast<uint8_t>(labels[s] * 7 + k)) * mul + add;
+          ASSERT_EQ(px[s * 156 + k], want) << "label " << labels[s] << " element " << k;
+        }
+      }
+      std::string bytes;
+      for (const TensorView& t : b->tensors()) {
+        bytes.append(static_cast<const char*>(t.data), t.bytes());
+      }
+      batches.push_back(std::move(bytes));
+    }
+    EXPECT_EQ(seen.size(), 150u);
+    if (reference.empty()) {
+      reference = batches;
+    } else {
+      EXPECT_TRUE(batches == reference) << threads << " threads differ";
+    }
+  }
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto first, Loader::Open(FixedOptions(dir.path(), 2)));
+  SATURATE_ASSERT_OK(first->SetEpoch(2));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(first->Next().ok());
+  const LoaderState state = first->state();
+  first.reset();
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto resumed, Loader::Open(FixedOptions(dir.path(), 1)));
+  SATURATE_ASSERT_OK(resumed->Restore(state));
+  auto rest = Drain(resumed.get());
+  ASSERT_EQ(rest.size(), reference.size() - 4);
+  EXPECT_TRUE(std::equal(rest.begin(), rest.end(), reference.begin() + 4));
+}
+
+TEST(LoaderTest, CorruptFixedSizeRecordFailsItsBatchOrIsSkipped) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteFixedDataset(dir.path(), 40));
+  CorruptRecord(dir.path(), 21);
+  LoaderOptions o = FixedOptions(dir.path(), 2);
+  o.shuffle = false;
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(o));
+  std::vector<Status> errors;
+  std::vector<uint64_t> sizes;
+  while (true) {
+    auto b = loader->Next();
+    if (!b.ok()) {
+      errors.push_back(b.status());
+      continue;
+    }
+    if (!*b) break;
+    sizes.push_back((*b)->size());
+  }
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_TRUE(testing::HasError(errors[0], StatusCode::kCorruption,
+                                {"shard-00000.srec: record 21", "checksum", "read"}));
+  EXPECT_EQ(sizes, (std::vector<uint64_t>{16, 8}));  // batch 1 (records 16..31) failed
+
+  o.skip_bad = true;
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto skipping, Loader::Open(o));
+  std::vector<int64_t> labels;
+  while (true) {
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto b, skipping->Next());
+    if (!b) break;
+    for (int64_t l : Labels(*b)) labels.push_back(l);
+  }
+  EXPECT_EQ(labels.size(), 39u);
+  EXPECT_EQ(std::count(labels.begin(), labels.end(), 21), 0);
+  EXPECT_EQ(labels[21], 22);  // compacted: the slots after it moved down
+}
+
 TEST(LoaderTest, MemoryIsBoundedByThePool) {
   testing::TempDir dir;
   SATURATE_ASSERT_OK(WriteArrayDataset(dir.path(), 200));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "feed/array_convert.h"
 #include "feed/random.h"
 
 namespace saturate::feed {
@@ -86,38 +87,7 @@ Status CheckImageOptions(const std::string& name, const ImageTransform& t) {
   return Status::OK();
 }
 
-template <typename Src>
-void ScaleToFloat(const std::byte* bytes, uint64_t n, const ArrayTransform& t, float* dst) {
-  const float mul = t.scale / t.std, add = -t.mean / t.std;
-  const auto* src = reinterpret_cast<const Src*>(bytes);  // payloads are 64-byte aligned
-  for (uint64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * mul + add;
-}
-
 }  // namespace
-
-Status SamplePlan::ArrayToFloat(const Output& out, std::span<const std::byte> src, float* dst) {
-  const uint64_t n = Product(out.sample_shape);
-  const ArrayTransform& t = out.options.array;
-  switch (out.src_dtype) {
-    case DType::kUInt8:
-      ScaleToFloat<uint8_t>(src.data(), n, t, dst);
-      return Status::OK();
-    case DType::kInt32:
-      ScaleToFloat<int32_t>(src.data(), n, t, dst);
-      return Status::OK();
-    case DType::kInt64:
-      ScaleToFloat<int64_t>(src.data(), n, t, dst);
-      return Status::OK();
-    case DType::kFloat32:
-      ScaleToFloat<float>(src.data(), n, t, dst);
-      return Status::OK();
-    case DType::kFloat16:
-    case DType::kBFloat16:
-      break;
-  }
-  return Status::Unimplemented("field '" + out.name + "': to_float from " +
-                               std::string(format::DTypeName(out.src_dtype)));
-}
 
 Result<SamplePlan> SamplePlan::Create(const format::Schema& schema,
                                       const std::vector<FieldOptions>& options,
@@ -159,6 +129,10 @@ Result<SamplePlan> SamplePlan::Create(const format::Schema& schema,
         if (out.options.array.to_float && out.dtype != DType::kFloat32) {
           return Status::InvalidArgument("field '" + spec.name + "': to_float supports float32");
         }
+        if (out.options.array.to_float && !CanScaleToFloat(spec.dtype)) {
+          return Status::Unimplemented("field '" + spec.name + "': to_float from " +
+                                       std::string(format::DTypeName(spec.dtype)));
+        }
         out.sample_shape = spec.shape;
         break;
       case FieldKind::kVarArray: {
@@ -182,6 +156,9 @@ Result<SamplePlan> SamplePlan::Create(const format::Schema& schema,
     }
   }
   if (plan.outputs_.empty()) return Status::InvalidArgument("the dataset has no tensor fields");
+  plan.fixed_size_ = std::all_of(plan.outputs_.begin(), plan.outputs_.end(), [](const Output& o) {
+    return o.kind == Kind::kArray || o.kind == Kind::kScalar;
+  });
   for (Output& out : plan.outputs_) {
     out.offset = plan.batch_bytes_;
     plan.batch_bytes_ = AlignUp(plan.batch_bytes_ + out.sample_bytes * batch_size, kSlotAlign);
@@ -244,15 +221,10 @@ Status SamplePlan::WriteSample(const format::Record& record, uint64_t record_ind
       case Kind::kScalar:
         std::memcpy(dst, src.data(), out.sample_bytes);
         break;
-      case Kind::kArray: {
-        if (!out.options.array.to_float) {
-          std::memcpy(dst, src.data(), out.sample_bytes);
-        } else {
-          SATURATE_RETURN_IF_ERROR(ArrayToFloat(out, src, reinterpret_cast<float*>(dst)));
-        }
+      case Kind::kArray:
+        WriteArray(out, src, dst);
         times->Lap(&times->transform_ns);
         break;
-      }
       case Kind::kVarArray: {
         const VarArrayTransform& t = out.options.var_array;
         const uint64_t elem = format::DTypeSize(out.dtype);
@@ -277,6 +249,34 @@ Status SamplePlan::WriteSample(const format::Record& record, uint64_t record_ind
     }
   }
   return Status::OK();
+}
+
+void SamplePlan::WriteArray(const Output& out, std::span<const std::byte> src, std::byte* dst) {
+  const ArrayTransform& t = out.options.array;
+  if (!t.to_float) {
+    std::memcpy(dst, src.data(), out.sample_bytes);
+    return;
+  }
+  ScaleToFloat(out.src_dtype, src.data(), out.sample_bytes / sizeof(float), t.scale / t.std,
+               -t.mean / t.std, reinterpret_cast<float*>(dst));
+}
+
+void SamplePlan::WriteFixedSamples(std::span<const format::Record> records,
+                                   std::span<const uint8_t> ok, uint64_t first_slot,
+                                   std::byte* buffer) const {
+  // Output by output, so the kind is dispatched once per chunk, not per sample.
+  for (const Output& out : outputs_) {
+    std::byte* dst = buffer + out.offset + first_slot * out.sample_bytes;
+    for (size_t k = 0; k < records.size(); ++k, dst += out.sample_bytes) {
+      if (!ok[k]) continue;
+      const std::span<const std::byte> src = records[k].field(out.field);
+      if (out.kind == Kind::kScalar) {
+        std::memcpy(dst, src.data(), out.sample_bytes);
+      } else {
+        WriteArray(out, src, dst);
+      }
+    }
+  }
 }
 
 std::vector<TensorView> SamplePlan::Finish(std::byte* buffer, const std::vector<uint8_t>& valid,

@@ -25,7 +25,9 @@ namespace saturate::feed {
 // Per-thread reusable state for WriteSample().
 struct SampleScratch {
   image::DecodeScratch decode;
-  std::vector<uint8_t> pixels;  // decoded HWC uint8 before conversion
+  std::vector<uint8_t> pixels;          // decoded HWC uint8 before conversion
+  std::vector<format::Record> records;  // a chunk's, for WriteFixedSamples
+  std::vector<uint8_t> records_ok;
 };
 
 // Nanoseconds spent per stage, accumulated by WriteSample(). A stage's
@@ -77,6 +79,9 @@ class SamplePlan {
                                    const std::vector<FieldOptions>& options, uint64_t batch_size);
 
   uint64_t batch_bytes() const { return batch_bytes_; }
+  // Every output is a fixed-size array or a scalar: no decode, no padding,
+  // so a chunk of records can be written by WriteFixedSamples.
+  bool fixed_size() const { return fixed_size_; }
   const std::vector<Output>& outputs() const { return outputs_; }
 
   // Writes `record` (dataset record `record_index`) into slot `slot` of
@@ -84,6 +89,11 @@ class SamplePlan {
   Status WriteSample(const format::Record& record, uint64_t record_index, uint64_t seed,
                      uint64_t epoch, uint64_t slot, std::byte* buffer, SampleScratch* scratch,
                      StageTimes* times) const;
+
+  // Writes records[k] into slot first_slot + k for every k with ok[k];
+  // fixed_size() plans only. Cannot fail: the plan checked the fields.
+  void WriteFixedSamples(std::span<const format::Record> records, std::span<const uint8_t> ok,
+                         uint64_t first_slot, std::byte* buffer) const;
 
   // Compacts the `valid` slots of a batch of `count` samples to the front,
   // pads variable-length arrays to the longest, and returns the tensor views.
@@ -95,11 +105,12 @@ class SamplePlan {
                     uint64_t seed, uint64_t epoch, std::byte* dst, SampleScratch* scratch,
                     StageTimes* times) const;
 
-  static Status ArrayToFloat(const Output& out, std::span<const std::byte> src, float* dst);
+  static void WriteArray(const Output& out, std::span<const std::byte> src, std::byte* dst);
 
   std::vector<Output> outputs_;
   uint64_t batch_size_ = 0;
   uint64_t batch_bytes_ = 0;
+  bool fixed_size_ = false;
 };
 
 }  // namespace saturate::feed
