@@ -1,0 +1,137 @@
+// formats::Source: random access to the samples of datasets in other
+// formats, read where they lie: WebDataset tar shards and TFRecord files of
+// tf.Example (docs/formats.md).
+//
+// A source is named by a pattern: brace ranges and lists, then globs
+// (`laion-{000..009}.tar`, `train-*.tfrecord`); the format follows from the
+// suffix (.tar, .tfrecord/.tfrecords, each optionally .gz) or a prefix
+// (`webdataset:PATTERN`, `tfrecord:PATTERN`, for names without a suffix such
+// as ImageNet's `train-00000-of-01024`). TFRecord keys may follow a '?':
+// `train-*.tfrecord?image_key=jpeg&label_key=cls`.
+//
+// Open() finds each file's sidecar index (`FILE.satidx`: byte offsets of its
+// members or records, stamped with the file's size and mtime) or builds it
+// on first use, writing it beside the file, or into a cache directory when
+// that folder is read-only. The samples then have global numbers, so
+// shuffling, rank sharding and resume work as for packed datasets.
+//
+// Schema: WebDataset samples (consecutive members sharing a key) become
+// `key` (bytes), `image` (.jpg/.jpeg/.png), `label` (int64, from .cls) and a
+// bytes field per other extension, as the first samples have them. tf.Example
+// features become `image` and `label` (the image and label keys) and one
+// field per other feature: bytes, int64/float32 when every probed record has
+// one value, else int64[]/float32[].
+//
+// Uncompressed files are memory-mapped; gzip'd ones can only be packed
+// (Open() says so). Errors name the file, the member or record, and the field.
+//
+// Ownership: a Sample's views point into the Source's mappings or into the
+// Sample's own storage; they stay valid while both live.
+// Thread-safety: a Source is immutable after Open(); Read() and Prefetch()
+// may be called from any number of threads.
+#ifndef SATURATE_FORMATS_SOURCE_H_
+#define SATURATE_FORMATS_SOURCE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "saturate/base/status.h"
+#include "saturate/format/schema.h"
+
+namespace saturate::formats {
+
+enum class SourceFormat { kWebDataset, kTfrecord };
+
+struct SourceOptions {
+  std::string image_key = "image/encoded";      // TFRecord: the image's feature
+  std::string label_key = "image/class/label";  // TFRecord: the label's feature ("" none)
+  // Where indexes go when a data folder is read-only. "": $SATURATE_INDEX_DIR,
+  // else $XDG_CACHE_HOME/saturate/index, else ~/.cache/saturate/index.
+  std::string index_dir;
+  bool write_index = true;  // false: build in memory only
+  bool verify = true;       // TFRecord: check both CRCs on every read
+};
+
+// What a pattern names, before any file is opened.
+struct SourceSpec {
+  SourceFormat format = SourceFormat::kWebDataset;
+  std::string pattern;             // without prefix and '?' keys
+  std::vector<std::string> files;  // expanded, in order
+  SourceOptions options;
+};
+
+// True when `path` names a source (by prefix or suffix), not a saturate
+// dataset directory. Cheap: no file system access.
+bool IsSourcePattern(const std::string& path);
+
+// Parses prefix and keys and expands the pattern (NotFound when it matches
+// nothing). `defaults` gives the options the '?' keys do not set.
+Result<SourceSpec> ParseSourceSpec(const std::string& path, const SourceOptions& defaults = {});
+
+// True for a gzip'd file name (.gz, .tgz).
+bool IsGzipName(const std::string& file);
+
+// One sample: a view per schema field, in schema order (scalars as
+// little-endian values, var arrays as packed elements, as in a record).
+struct Sample {
+  std::vector<std::span<const std::byte>> fields;
+  std::vector<std::vector<std::byte>> owned;  // storage some views point into
+  std::shared_ptr<const void> keep;           // other storage views point into
+};
+
+class Source {
+ public:
+  // `schema`: use this schema instead of inferring one (packing many files
+  // one at a time). `names`: what errors call each file (default: its path).
+  static Result<std::unique_ptr<Source>> Open(const SourceSpec& spec,
+                                              const format::Schema* schema = nullptr,
+                                              const std::vector<std::string>* names = nullptr);
+  static Result<std::unique_ptr<Source>> Open(const std::string& path,
+                                              const SourceOptions& defaults = {});
+  ~Source();
+  Source(const Source&) = delete;
+  Source& operator=(const Source&) = delete;
+
+  SourceFormat format() const { return format_; }
+  const format::Schema& schema() const { return schema_; }
+  uint64_t size() const { return total_; }
+  size_t num_files() const { return files_.size(); }
+  const std::string& file_name(size_t f) const;
+  uint64_t file_samples(size_t f) const;
+  uint64_t file_bytes(size_t f) const;
+  // Indexes found (true) or built (false) at Open(), per file.
+  size_t indexes_built() const { return indexes_built_; }
+
+  // Sample `index` in [0, size()). Corruption names the file, the member or
+  // record and the field.
+  Status Read(uint64_t index, Sample* sample) const;
+  // "FILE: sample 'KEY'" or "FILE: record N".
+  std::string Describe(uint64_t index) const;
+  // Starts loading sample `index`'s first max_bytes into memory.
+  void Prefetch(uint64_t index, uint64_t max_bytes) const;
+
+ private:
+  struct File;
+  Source() = default;
+  std::pair<const File*, uint64_t> Locate(uint64_t index) const;
+  Status ReadWebDataset(const File& file, uint64_t local, Sample* sample) const;
+  Status ReadTfrecord(const File& file, uint64_t local, Sample* sample) const;
+
+  SourceFormat format_ = SourceFormat::kWebDataset;
+  SourceOptions options_;
+  format::Schema schema_;
+  std::vector<std::string> features_;  // TFRecord: the feature of each field
+  std::vector<std::unique_ptr<File>> files_;
+  std::vector<uint64_t> file_start_;
+  uint64_t total_ = 0;
+  size_t indexes_built_ = 0;
+};
+
+}  // namespace saturate::formats
+
+#endif  // SATURATE_FORMATS_SOURCE_H_

@@ -1,0 +1,29 @@
+// File patterns for datasets stored as many shards: brace ranges and lists
+// (`shards-{000..099}.tar`, `{train,val}.tar`) expanded first, then shell
+// globs (`*`, `?`, `[...]`) matched against the file system.
+//
+// Order: brace alternatives in the order written; the files one glob matches
+// sorted by name. A plain path is returned as is when it exists.
+//
+// Thread-safety: pure functions (the glob reads the file system).
+#ifndef SATURATE_FORMATS_PATTERN_H_
+#define SATURATE_FORMATS_PATTERN_H_
+
+#include <string>
+#include <vector>
+
+#include "saturate/base/status.h"
+
+namespace saturate::formats {
+
+// Expands braces only: "a{1..3}b" -> a1b a2b a3b; "{08..10}" keeps the
+// width of the wider bound (08 09 10); "{x,y}" -> x y. Nested braces work.
+// InvalidArgument for an unbalanced brace or a range over 1,000,000 items.
+Result<std::vector<std::string>> ExpandBraces(const std::string& pattern);
+
+// Braces, then globs. NotFound (naming the pattern) when nothing matches.
+Result<std::vector<std::string>> ExpandPattern(const std::string& pattern);
+
+}  // namespace saturate::formats
+
+#endif  // SATURATE_FORMATS_PATTERN_H_

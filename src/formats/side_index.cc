@@ -1,0 +1,143 @@
+#include "formats/side_index.h"
+
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "base/file.h"
+
+namespace saturate::formats {
+namespace {
+
+constexpr char kMagic[8] = {'S', 'A', 'T', 'F', 'I', 'D', 'X', '1'};
+constexpr uint32_t kVersion = 1;
+constexpr uint64_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 8;
+
+template <typename T>
+void Put(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+class Cursor {
+ public:
+  explicit Cursor(std::span<const std::byte> b) : b_(b) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (b_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(v, b_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool GetString(size_t n, std::string* s) {
+    if (b_.size() - pos_ < n) return false;
+    s->assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
+    pos_ += n;
+    return true;
+  }
+  size_t left() const { return b_.size() - pos_; }
+
+ private:
+  std::span<const std::byte> b_;
+  size_t pos_ = 0;
+};
+
+std::string DefaultIndexDir() {
+  if (const char* d = std::getenv("SATURATE_INDEX_DIR"); d != nullptr && *d != '\0') return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+    return std::string(x) + "/saturate/index";
+  }
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
+    return std::string(h) + "/.cache/saturate/index";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string EncodeFileIndex(const FileIndex& index) {
+  std::string out(kMagic, sizeof(kMagic));
+  Put(&out, kVersion);
+  Put(&out, index.kind);
+  Put(&out, index.data_size);
+  Put(&out, index.data_mtime_ns);
+  Put(&out, static_cast<uint64_t>(index.entries.size()));
+  for (const IndexEntry& e : index.entries) {
+    Put(&out, e.offset);
+    Put(&out, e.size);
+    Put(&out, static_cast<uint32_t>(e.name.size()));
+    out += e.name;
+  }
+  Put(&out, static_cast<uint64_t>(XXH3_64bits(out.data(), out.size())));
+  return out;
+}
+
+Result<FileIndex> DecodeFileIndex(std::span<const std::byte> bytes, const std::string& source) {
+  auto bad = [&](const std::string& what) { return Status::Corruption(source + ": " + what); };
+  if (bytes.size() < kHeaderBytes + 8 || std::memcmp(bytes.data(), kMagic, 8) != 0) {
+    return bad("not a saturate index (bad magic or too short)");
+  }
+  uint64_t sum;
+  std::memcpy(&sum, bytes.data() + bytes.size() - 8, 8);
+  if (sum != XXH3_64bits(bytes.data(), bytes.size() - 8)) return bad("index checksum mismatch");
+  Cursor c(bytes.subspan(8, bytes.size() - 16));
+  FileIndex index;
+  uint32_t version = 0;
+  uint64_t count = 0;
+  c.Get(&version);
+  c.Get(&index.kind);
+  c.Get(&index.data_size);
+  c.Get(&index.data_mtime_ns);
+  c.Get(&count);
+  if (version != kVersion) return bad("index version " + std::to_string(version));
+  if (count > c.left() / 20) return bad("entry count " + std::to_string(count) + " too large");
+  index.entries.resize(count);
+  for (IndexEntry& e : index.entries) {
+    uint32_t n = 0;
+    if (!c.Get(&e.offset) || !c.Get(&e.size) || !c.Get(&n) || !c.GetString(n, &e.name)) {
+      return bad("truncated entry");
+    }
+    if (e.offset > index.data_size || e.size > index.data_size - e.offset) {
+      return bad("entry outside the data file");
+    }
+  }
+  if (c.left() != 0) return bad("trailing bytes");
+  return index;
+}
+
+std::vector<std::string> IndexCandidates(const std::string& data_path,
+                                         const std::string& index_dir) {
+  std::vector<std::string> out{data_path + ".satidx"};
+  const std::string dir = index_dir.empty() ? DefaultIndexDir() : index_dir;
+  if (!dir.empty()) {
+    std::error_code ec;
+    std::string abs = std::filesystem::absolute(data_path, ec).lexically_normal().string();
+    if (ec) abs = data_path;
+    char hash[24];
+    std::snprintf(hash, sizeof(hash), "%016llx",
+                  static_cast<unsigned long long>(XXH3_64bits(abs.data(), abs.size())));
+    out.push_back(dir + "/" + hash + "-" + std::filesystem::path(data_path).filename().string() +
+                  ".satidx");
+  }
+  return out;
+}
+
+bool SaveFileIndex(const FileIndex& index, const std::vector<std::string>& candidates) {
+  const std::string bytes = EncodeFileIndex(index);
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const std::string& path = candidates[i];
+    std::error_code ec;
+    if (i > 0) std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+    FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (f == nullptr) continue;
+    const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    if (std::fclose(f) == 0 && ok && std::rename(tmp.c_str(), path.c_str()) == 0) return true;
+    std::remove(tmp.c_str());
+  }
+  return false;
+}
+
+}  // namespace saturate::formats

@@ -1,0 +1,54 @@
+// Sidecar indexes: where each member (tar) or record (TFRecord) of a data
+// file lies, saved beside the file as `FILE.satidx` so the next Open() does
+// not scan it again.
+//
+//   index   := magic "SATFIDX1" | version u32 | kind u32 | data_size u64 |
+//              data_mtime_ns i64 | count u64 | entry* | xxh3 u64 (of all before)
+//   entry   := offset u64 | size u64 | name_length u32 | name bytes
+//
+// An index is used only when its checksum holds and the data file's size and
+// mtime equal the stamped ones; otherwise it is rebuilt. Writes go to a
+// unique temporary name and are renamed into place, so ranks building the
+// same index at once never see a partial one.
+//
+// Thread-safety: pure functions; files are replaced atomically.
+#ifndef SATURATE_FORMATS_SIDE_INDEX_H_
+#define SATURATE_FORMATS_SIDE_INDEX_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "saturate/base/status.h"
+
+namespace saturate::formats {
+
+struct IndexEntry {
+  std::string name;  // tar member name; empty for TFRecord
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+struct FileIndex {
+  uint32_t kind = 0;  // 1 tar, 2 TFRecord
+  uint64_t data_size = 0;
+  int64_t data_mtime_ns = 0;
+  std::vector<IndexEntry> entries;
+};
+
+std::string EncodeFileIndex(const FileIndex& index);
+// Corruption (naming `source`) for anything malformed.
+Result<FileIndex> DecodeFileIndex(std::span<const std::byte> bytes, const std::string& source);
+
+// Where the index of `data_path` may live: beside it, then in `index_dir`
+// (or the default cache directory when empty; see SourceOptions::index_dir).
+std::vector<std::string> IndexCandidates(const std::string& data_path,
+                                         const std::string& index_dir);
+
+// Writes `index` to the first candidate that accepts it; false if none did.
+bool SaveFileIndex(const FileIndex& index, const std::vector<std::string>& candidates);
+
+}  // namespace saturate::formats
+
+#endif  // SATURATE_FORMATS_SIDE_INDEX_H_

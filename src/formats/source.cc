@@ -1,0 +1,453 @@
+#include "saturate/formats/source.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cstring>
+#include <thread>
+
+#include "base/file.h"
+#include "formats/example.h"
+#include "formats/pattern.h"
+#include "formats/side_index.h"
+#include "formats/tar_index.h"
+#include "formats/tfrecord.h"
+
+namespace saturate::formats {
+namespace {
+
+using format::FieldKind;
+using format::FieldSpec;
+
+constexpr size_t kProbeSamples = 64;
+constexpr uint32_t kKindTar = 1, kKindTfrecord = 2;
+constexpr std::string_view kWdsPrefixes[] = {"webdataset:", "wds:"};
+constexpr std::string_view kTfPrefix = "tfrecord:";
+
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  if (s.size() < suffix.size()) return false;
+  return std::equal(suffix.begin(), suffix.end(), s.end() - suffix.size(), [](char a, char b) {
+    return a == std::tolower(static_cast<unsigned char>(b));
+  });
+}
+
+// Splits "pattern?k=v&k=v" when what follows the last '?' is such a list.
+std::string SplitKeys(const std::string& path, std::string* keys) {
+  const size_t q = path.rfind('?');
+  if (q == std::string::npos) return path;
+  const std::string rest = path.substr(q + 1);
+  if (rest.empty() || rest.find('=') == std::string::npos || rest.find('/') != std::string::npos) {
+    return path;
+  }
+  *keys = rest;
+  return path.substr(0, q);
+}
+
+bool IsWdsName(const std::string& p) {
+  return EndsWith(p, ".tar") || EndsWith(p, ".tar.gz") || EndsWith(p, ".tgz");
+}
+bool IsTfName(const std::string& p) {
+  return EndsWith(p, ".tfrecord") || EndsWith(p, ".tfrecords") || EndsWith(p, ".tfrecord.gz") ||
+         EndsWith(p, ".tfrecords.gz");
+}
+
+bool IsImageExtension(const std::string& ext) {
+  return ext == "jpg" || ext == "jpeg" || ext == "png";
+}
+
+int64_t MtimeNs(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+}  // namespace
+
+struct Source::File {
+  std::string path, name;
+  std::unique_ptr<ReadOnlyFile> data;
+  std::vector<IndexEntry> entries;  // tar members or TFRecord records
+  // WebDataset: sample s holds members [first[s], first[s + 1]) and keys[s].
+  std::vector<uint32_t> first;
+  std::vector<std::string> keys;
+  uint64_t samples() const { return keys.empty() ? entries.size() : keys.size(); }
+};
+
+bool IsGzipName(const std::string& file) { return EndsWith(file, ".gz") || EndsWith(file, ".tgz"); }
+
+bool IsSourcePattern(const std::string& path) {
+  for (std::string_view p : kWdsPrefixes) {
+    if (path.starts_with(p)) return true;
+  }
+  if (path.starts_with(kTfPrefix)) return true;
+  std::string keys;
+  const std::string pattern = SplitKeys(path, &keys);
+  return IsWdsName(pattern) || IsTfName(pattern);
+}
+
+Result<SourceSpec> ParseSourceSpec(const std::string& path, const SourceOptions& defaults) {
+  SourceSpec spec;
+  spec.options = defaults;
+  std::string rest = path;
+  bool forced = false;
+  for (std::string_view p : kWdsPrefixes) {
+    if (rest.starts_with(p)) {
+      rest = rest.substr(p.size());
+      spec.format = SourceFormat::kWebDataset;
+      forced = true;
+    }
+  }
+  if (!forced && rest.starts_with(kTfPrefix)) {
+    rest = rest.substr(kTfPrefix.size());
+    spec.format = SourceFormat::kTfrecord;
+    forced = true;
+  }
+  std::string keys;
+  rest = SplitKeys(rest, &keys);
+  if (!forced) {
+    if (IsWdsName(rest)) {
+      spec.format = SourceFormat::kWebDataset;
+    } else if (IsTfName(rest)) {
+      spec.format = SourceFormat::kTfrecord;
+    } else {
+      return Status::InvalidArgument(
+          path +
+          ": not a WebDataset (.tar, .tar.gz) or TFRecord (.tfrecord[.gz]) name; prefix "
+          "it with webdataset: or tfrecord:");
+    }
+  }
+  size_t start = 0;
+  while (start < keys.size()) {
+    size_t end = keys.find('&', start);
+    if (end == std::string::npos) end = keys.size();
+    const std::string kv = keys.substr(start, end - start);
+    const size_t eq = kv.find('=');
+    const std::string k = kv.substr(0, eq), v = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    if (k == "image_key") {
+      spec.options.image_key = v;
+    } else if (k == "label_key") {
+      spec.options.label_key = v;
+    } else {
+      return Status::InvalidArgument(path + ": unknown key '" + k +
+                                     "' (known: image_key, label_key)");
+    }
+    start = end + 1;
+  }
+  spec.pattern = rest;
+  SATURATE_ASSIGN_OR_RETURN(spec.files, ExpandPattern(rest));
+  return spec;
+}
+
+Source::~Source() = default;
+
+const std::string& Source::file_name(size_t f) const { return files_[f]->name; }
+uint64_t Source::file_samples(size_t f) const { return files_[f]->samples(); }
+uint64_t Source::file_bytes(size_t f) const { return files_[f]->data->size(); }
+
+namespace {
+
+// Opens a data file and finds or builds its index.
+Status OpenFile(SourceFormat format, const SourceOptions& options, bool* built,
+                std::unique_ptr<ReadOnlyFile>* data, std::vector<IndexEntry>* entries,
+                const std::string& path) {
+  SATURATE_ASSIGN_OR_RETURN(*data, ReadOnlyFile::Open(path, true));
+  const uint32_t kind = format == SourceFormat::kWebDataset ? kKindTar : kKindTfrecord;
+  const uint64_t size = (*data)->size();
+  const int64_t mtime = MtimeNs(path);
+  const std::vector<std::string> candidates = IndexCandidates(path, options.index_dir);
+  if (options.write_index) {
+    for (const std::string& c : candidates) {
+      auto text = ReadFileToString(c);
+      if (!text.ok()) continue;
+      auto index = DecodeFileIndex(std::as_bytes(std::span(text->data(), text->size())), c);
+      if (index.ok() && index->kind == kind && index->data_size == size &&
+          index->data_mtime_ns == mtime) {
+        *entries = std::move(index->entries);
+        *built = false;
+        return Status::OK();
+      }
+    }
+  }
+  *built = true;
+  FileIndex index{kind, size, mtime, {}};
+  std::vector<std::byte> scratch;
+  std::span<const std::byte> bytes;
+  if (size > 0) {
+    SATURATE_ASSIGN_OR_RETURN(bytes, (*data)->Read(0, size, &scratch));
+  }
+  if (kind == kKindTar) {
+    SATURATE_ASSIGN_OR_RETURN(std::vector<TarMember> members, IndexTar(bytes));
+    for (TarMember& m : members) index.entries.push_back({std::move(m.name), m.offset, m.size});
+  } else {
+    SATURATE_ASSIGN_OR_RETURN(std::vector<TfrecordSpan> spans, ScanTfrecord(bytes));
+    for (const TfrecordSpan& s : spans) index.entries.push_back({"", s.offset, s.length});
+  }
+  if (options.write_index) SaveFileIndex(index, candidates);
+  *entries = std::move(index.entries);
+  return Status::OK();
+}
+
+// Record `r` of a TFRecord file: its data, checksums checked when `verify`.
+Result<std::span<const std::byte>> RecordData(const ReadOnlyFile& data, const IndexEntry& e,
+                                              uint64_t r, bool verify,
+                                              std::vector<std::byte>* scratch) {
+  SATURATE_ASSIGN_OR_RETURN(
+      auto bytes,
+      data.Read(e.offset, kTfrecordHeaderBytes + e.size + kTfrecordFooterBytes, scratch));
+  auto out = ReadTfrecord(bytes, {0, e.size}, r, verify);
+  if (out.ok()) return out;
+  // The message says "record N at offset 0: why" (offset in the slice read).
+  const std::string& m = out.status().message();
+  const size_t colon = m.find(": ");
+  return Status::Corruption("record " + std::to_string(r) + " at offset " +
+                            std::to_string(e.offset) +
+                            (colon == std::string::npos ? ": " + m : m.substr(colon)));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Source>> Source::Open(const std::string& path,
+                                             const SourceOptions& defaults) {
+  SATURATE_ASSIGN_OR_RETURN(SourceSpec spec, ParseSourceSpec(path, defaults));
+  return Open(spec);
+}
+
+Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const format::Schema* schema,
+                                             const std::vector<std::string>* names) {
+  for (const std::string& f : spec.files) {
+    if (IsGzipName(f)) {
+      return Status::InvalidArgument(
+          f +
+          " is gzip-compressed: only uncompressed files are read directly (at offsets); "
+          "pack them once instead: saturate pack " +
+          std::string(spec.format == SourceFormat::kWebDataset ? "webdataset" : "tfrecord") + " '" +
+          spec.pattern + "' OUT");
+    }
+  }
+  std::unique_ptr<Source> src(new Source());
+  src->format_ = spec.format;
+  src->options_ = spec.options;
+  const size_t n = spec.files.size();
+  src->files_.resize(n);
+  std::vector<Status> results(n);
+  std::vector<char> built(n, 0);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) {
+      auto file = std::make_unique<File>();
+      file->path = spec.files[i];
+      file->name = names != nullptr && i < names->size() ? (*names)[i] : spec.files[i];
+      bool b = false;
+      results[i] = OpenFile(spec.format, spec.options, &b, &file->data, &file->entries, file->path)
+                       .WithContext(file->name);
+      built[i] = b;
+      src->files_[i] = std::move(file);
+    }
+  };
+  {
+    std::vector<std::jthread> pool;
+    for (size_t t = 1; t < std::min<size_t>(8, n); ++t) pool.emplace_back(work);
+    work();
+  }
+  for (size_t i = 0; i < n; ++i) {
+    SATURATE_RETURN_IF_ERROR(results[i]);
+    src->indexes_built_ += built[i];
+  }
+  // WebDataset: consecutive members sharing a key are one sample.
+  if (spec.format == SourceFormat::kWebDataset) {
+    for (auto& file : src->files_) {
+      std::string last;
+      for (size_t m = 0; m < file->entries.size(); ++m) {
+        std::string key, ext;
+        if (!SplitSampleName(file->entries[m].name, &key, &ext)) continue;
+        if (file->keys.empty() || key != last) {
+          file->keys.push_back(key);
+          file->first.push_back(static_cast<uint32_t>(m));
+          last = key;
+        }
+      }
+      file->first.push_back(static_cast<uint32_t>(file->entries.size()));
+    }
+  }
+  for (auto& file : src->files_) {
+    src->file_start_.push_back(src->total_);
+    src->total_ += file->samples();
+  }
+  if (src->total_ == 0) return Status::InvalidArgument(spec.pattern + ": no samples in any file");
+  const File* first = nullptr;
+  for (auto& file : src->files_) {
+    if (file->samples() > 0) {
+      first = file.get();
+      break;
+    }
+  }
+  if (spec.format == SourceFormat::kTfrecord) {
+    ExamplePlan plan;
+    if (schema != nullptr) {
+      plan = PlanForSchema(*schema, spec.options.image_key, spec.options.label_key);
+    } else {
+      std::vector<std::vector<std::byte>> scratch(std::min(kProbeSamples, first->entries.size()));
+      std::vector<std::span<const std::byte>> probe;
+      for (size_t r = 0; r < scratch.size(); ++r) {
+        const IndexEntry& e = first->entries[r];
+        auto data = RecordData(*first->data, e, r, true, &scratch[r]);
+        if (!data.ok()) return data.status().WithContext(first->name);
+        probe.push_back(*data);
+      }
+      auto inferred = InferExampleFields(probe, spec.options.image_key, spec.options.label_key);
+      if (!inferred.ok()) return inferred.status().WithContext(first->name);
+      plan = std::move(*inferred);
+    }
+    src->schema_ = std::move(plan.schema);
+    src->features_ = std::move(plan.features);
+    return src;
+  }
+  if (schema != nullptr) {
+    src->schema_ = *schema;
+    return src;
+  }
+  // WebDataset: the fields of the first samples.
+  bool image = false, label = false;
+  std::vector<std::string> others;
+  for (size_t s = 0; s < std::min(kProbeSamples, first->keys.size()); ++s) {
+    for (uint32_t m = first->first[s]; m < first->first[s + 1]; ++m) {
+      std::string key, ext;
+      if (!SplitSampleName(first->entries[m].name, &key, &ext)) continue;
+      if (IsImageExtension(ext)) {
+        image = true;
+      } else if (ext == "cls") {
+        label = true;
+      } else if (std::find(others.begin(), others.end(), ext) == others.end()) {
+        others.push_back(ext);
+      }
+    }
+  }
+  if (!image) {
+    return Status::InvalidArgument(first->name +
+                                   ": no .jpg/.jpeg/.png member in the first samples (sample '" +
+                                   first->keys[0] + "')");
+  }
+  std::sort(others.begin(), others.end());
+  src->schema_.fields = {FieldSpec{"key", FieldKind::kBytes},
+                         FieldSpec{"image", FieldKind::kImage}};
+  if (label) src->schema_.fields.push_back(FieldSpec{"label", FieldKind::kInt64});
+  for (const std::string& ext : others) {
+    if (ext == "key" || ext == "image" || ext == "label") continue;
+    src->schema_.fields.push_back(FieldSpec{ext, FieldKind::kBytes});
+  }
+  return src;
+}
+
+std::pair<const Source::File*, uint64_t> Source::Locate(uint64_t index) const {
+  const size_t f =
+      std::upper_bound(file_start_.begin(), file_start_.end(), index) - file_start_.begin() - 1;
+  return {files_[f].get(), index - file_start_[f]};
+}
+
+std::string Source::Describe(uint64_t index) const {
+  if (index >= total_) return "sample " + std::to_string(index) + " (out of range)";
+  const auto [file, local] = Locate(index);
+  if (format_ == SourceFormat::kWebDataset)
+    return file->name + ": sample '" + file->keys[local] + "'";
+  return file->name + ": record " + std::to_string(local);
+}
+
+Status Source::Read(uint64_t index, Sample* sample) const {
+  if (index >= total_) {
+    return Status::InvalidArgument("sample " + std::to_string(index) + " out of range (" +
+                                   std::to_string(total_) + " samples)");
+  }
+  sample->fields.clear();
+  sample->owned.clear();
+  sample->keep.reset();
+  const auto [file, local] = Locate(index);
+  return format_ == SourceFormat::kWebDataset ? ReadWebDataset(*file, local, sample)
+                                              : ReadTfrecord(*file, local, sample);
+}
+
+Status Source::ReadWebDataset(const File& file, uint64_t local, Sample* sample) const {
+  const std::string& key = file.keys[local];
+  auto where = [&] { return file.name + ": sample '" + key + "'"; };
+  sample->fields.assign(schema_.fields.size(), {});
+  sample->owned.reserve(schema_.fields.size());
+  for (size_t i = 0; i < schema_.fields.size(); ++i) {
+    const FieldSpec& spec = schema_.fields[i];
+    if (spec.name == "key") {
+      const auto* k = reinterpret_cast<const std::byte*>(key.data());
+      sample->owned.emplace_back(k, k + key.size());
+      sample->fields[i] = sample->owned.back();
+      continue;
+    }
+    const IndexEntry* member = nullptr;
+    for (uint32_t m = file.first[local]; m < file.first[local + 1] && member == nullptr; ++m) {
+      std::string k, ext;
+      if (!SplitSampleName(file.entries[m].name, &k, &ext)) continue;
+      const bool match = spec.name == "image"   ? IsImageExtension(ext)
+                         : spec.name == "label" ? ext == "cls"
+                                                : ext == spec.name;
+      if (match) member = &file.entries[m];
+    }
+    if (member == nullptr) {
+      if (spec.kind == FieldKind::kBytes) continue;  // an optional text field: empty
+      return Status::Corruption(
+          where() + ": no " +
+          (spec.name == "image" ? std::string(".jpg/.jpeg/.png") : std::string(".cls")) +
+          " member (field '" + spec.name + "')");
+    }
+    sample->owned.emplace_back();
+    SATURATE_ASSIGN_OR_RETURN(auto bytes,
+                              file.data->Read(member->offset, member->size, &sample->owned.back()));
+    if (spec.kind == FieldKind::kInt64) {
+      std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+      const size_t b = text.find_first_not_of(" \t\r\n");
+      const size_t e = text.find_last_not_of(" \t\r\n");
+      text = b == std::string::npos ? "" : text.substr(b, e - b + 1);
+      int64_t v = 0;
+      auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (text.empty() || ec != std::errc() || p != text.data() + text.size()) {
+        return Status::Corruption(where() + ": member '" + member->name + "' holds '" +
+                                  text.substr(0, 40) + "', not an integer (field '" + spec.name +
+                                  "')");
+      }
+      auto& out = sample->owned.back();
+      out.resize(8);
+      std::memcpy(out.data(), &v, 8);
+      sample->fields[i] = out;
+    } else {
+      if (spec.kind == FieldKind::kImage && bytes.empty()) {
+        return Status::Corruption(where() + ": member '" + member->name +
+                                  "' is empty (field 'image')");
+      }
+      sample->fields[i] = bytes;
+    }
+  }
+  return Status::OK();
+}
+
+Status Source::ReadTfrecord(const File& file, uint64_t local, Sample* sample) const {
+  sample->owned.emplace_back();
+  auto data =
+      RecordData(*file.data, file.entries[local], local, options_.verify, &sample->owned.back());
+  if (!data.ok()) return data.status().WithContext(file.name);
+  Status s = ExtractExample(*data, schema_, features_, sample);
+  if (!s.ok()) return s.WithContext(file.name + ": record " + std::to_string(local));
+  return Status::OK();
+}
+
+void Source::Prefetch(uint64_t index, uint64_t max_bytes) const {
+  if (index >= total_) return;
+  const auto [file, local] = Locate(index);
+  if (format_ == SourceFormat::kTfrecord) {
+    const IndexEntry& e = file->entries[local];
+    file->data->Prefetch(e.offset, std::min(max_bytes, e.size + kTfrecordHeaderBytes));
+    return;
+  }
+  for (uint32_t m = file->first[local]; m < file->first[local + 1]; ++m) {
+    const IndexEntry& e = file->entries[m];
+    file->data->Prefetch(e.offset, std::min(max_bytes, e.size));
+  }
+}
+
+}  // namespace saturate::formats

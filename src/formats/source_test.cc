@@ -1,0 +1,131 @@
+#include "saturate/formats/source.h"
+
+#include <cstring>
+#include <filesystem>
+
+#include "base/testing.h"
+#include "formats/example.h"
+#include "formats/test_util.h"
+
+namespace saturate::formats {
+namespace {
+
+using ::saturate::testing::HasError;
+using ::saturate::testing::TempDir;
+
+std::string Str(std::span<const std::byte> b) {
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+int64_t Int(std::span<const std::byte> b) {
+  int64_t v = 0;
+  std::memcpy(&v, b.data(), std::min<size_t>(8, b.size()));
+  return v;
+}
+
+SourceOptions Local(const TempDir& dir) {
+  SourceOptions o;
+  o.index_dir = dir.Join("cache");
+  return o;
+}
+
+TEST(Source, Patterns) {
+  EXPECT_TRUE(IsSourcePattern("shards-{000..009}.tar"));
+  EXPECT_TRUE(IsSourcePattern("x.TAR.GZ"));
+  EXPECT_TRUE(IsSourcePattern("train-*.tfrecord?image_key=jpg"));
+  EXPECT_TRUE(IsSourcePattern("tfrecord:train-*-of-01024"));
+  EXPECT_FALSE(IsSourcePattern("data/train.sat"));
+}
+
+TEST(Source, WebDatasetShardsAndIndexReuse) {
+  TempDir dir;
+  for (int s = 0; s < 2; ++s) {
+    std::vector<std::pair<std::string, std::string>> members;
+    for (int i = 0; i < 3; ++i) {
+      const std::string key = "s" + std::to_string(s) + "_" + std::to_string(i);
+      members.push_back({key + ".jpg", "IMG" + key});
+      members.push_back({key + ".cls", std::to_string(10 * s + i) + "\n"});
+      members.push_back({key + ".json", "{\"i\":" + std::to_string(i) + "}"});
+    }
+    WriteFile(dir.Join("shard-" + std::to_string(s) + ".tar"), MakeTar(members));
+  }
+  auto src = Source::Open(dir.Join("shard-{0..1}.tar"), Local(dir));
+  SATURATE_ASSERT_OK(src.status());
+  ASSERT_EQ((*src)->size(), 6u);
+  EXPECT_EQ((*src)->indexes_built(), 2u);
+  ASSERT_EQ((*src)->schema().fields.size(), 4u);  // key, image, label, json
+  Sample s;
+  SATURATE_ASSERT_OK((*src)->Read(4, &s));
+  EXPECT_EQ(Str(s.fields[0]), "s1_1");
+  EXPECT_EQ(Str(s.fields[1]), "IMGs1_1");
+  EXPECT_EQ(Int(s.fields[2]), 11);
+  EXPECT_EQ(Str(s.fields[3]), "{\"i\":1}");
+  EXPECT_TRUE(std::filesystem::exists(dir.Join("shard-0.tar.satidx")));
+  auto again = Source::Open(dir.Join("shard-*.tar"), Local(dir));
+  SATURATE_ASSERT_OK(again.status());
+  EXPECT_EQ((*again)->indexes_built(), 0u);
+  EXPECT_EQ((*again)->Describe(5), dir.Join("shard-1.tar") + ": sample 's1_2'");
+}
+
+TEST(Source, WebDatasetBadSamples) {
+  TempDir dir;
+  WriteFile(dir.Join("bad.tar"), MakeTar({{"a.jpg", "IMG"},
+                                          {"a.cls", "1"},
+                                          {"b.cls", "2"},  // no image
+                                          {"c.jpg", "IMG"},
+                                          {"c.cls", "seven"}}));
+  auto src = Source::Open(dir.Join("bad.tar"), Local(dir));
+  SATURATE_ASSERT_OK(src.status());
+  Sample s;
+  SATURATE_ASSERT_OK((*src)->Read(0, &s));
+  EXPECT_TRUE(HasError((*src)->Read(1, &s), StatusCode::kCorruption,
+                       {"bad.tar", "sample 'b'", ".jpg", "field 'image'"}));
+  EXPECT_TRUE(HasError((*src)->Read(2, &s), StatusCode::kCorruption,
+                       {"sample 'c'", "c.cls", "not an integer", "field 'label'"}));
+  WriteFile(dir.Join("x.tar.gz"), "not really");
+  EXPECT_TRUE(HasError(Source::Open(dir.Join("x.tar.gz"), Local(dir)).status(),
+                       StatusCode::kInvalidArgument, {"gzip", "saturate pack webdataset"}));
+}
+
+TEST(Source, TfrecordReadAndBadCrc) {
+  TempDir dir;
+  std::vector<std::string> records;
+  for (int i = 0; i < 5; ++i) {
+    records.push_back(SerializeExample({{"image/encoded", {"JPEG" + std::to_string(i)}, {}, {}, 0},
+                                        {"image/class/label", {}, {i}, {}, 2},
+                                        {"weight", {}, {}, {0.5f * i}, 1}}));
+  }
+  std::string file = MakeTfrecord(records);
+  WriteFile(dir.Join("train-0.tfrecord"), file);
+  auto src = Source::Open(dir.Join("train-*.tfrecord"), Local(dir));
+  SATURATE_ASSERT_OK(src.status());
+  ASSERT_EQ((*src)->size(), 5u);
+  ASSERT_EQ((*src)->schema().fields.size(), 3u);
+  Sample s;
+  SATURATE_ASSERT_OK((*src)->Read(3, &s));
+  EXPECT_EQ(Str(s.fields[0]), "JPEG3");
+  EXPECT_EQ(Int(s.fields[1]), 3);
+  float w;
+  std::memcpy(&w, s.fields[2].data(), 4);
+  EXPECT_EQ(w, 1.5f);
+  // Flip one byte inside record 4's data: its CRC no longer holds. Open
+  // reads the first records to choose the fields, so it fails there; later
+  // records are checked by Read.
+  file[file.size() - 8] ^= 1;
+  WriteFile(dir.Join("bad.tfrecord"), file);
+  EXPECT_TRUE(HasError(Source::Open(dir.Join("bad.tfrecord"), Local(dir)).status(),
+                       StatusCode::kCorruption, {"bad.tfrecord", "record 4 at offset", "CRC-32C"}));
+  std::vector<std::string> many(70, records[0]);
+  many.push_back(records[1]);
+  std::string big = MakeTfrecord(many);
+  big[big.size() - 8] ^= 1;
+  WriteFile(dir.Join("late.tfrecord"), big);
+  auto late = Source::Open(dir.Join("late.tfrecord"), Local(dir));
+  SATURATE_ASSERT_OK(late.status());
+  EXPECT_TRUE(HasError((*late)->Read(70, &s), StatusCode::kCorruption,
+                       {"late.tfrecord", "record 70", "CRC-32C"}));
+  auto keys = Source::Open(dir.Join("train-0.tfrecord?image_key=nope"), Local(dir));
+  EXPECT_TRUE(HasError(keys.status(), StatusCode::kInvalidArgument, {"'nope'", "--image-key"}));
+}
+
+}  // namespace
+}  // namespace saturate::formats
