@@ -8,6 +8,7 @@
 
 #include "base/file.h"
 #include "format/shard_format.h"
+#include "saturate/formats/source.h"
 
 namespace saturate::format {
 
@@ -229,9 +230,77 @@ Result<Record> Dataset::GetRemote(uint64_t index, const Shard& shard, uint64_t l
   }
 }
 
+Result<std::unique_ptr<Dataset>> Dataset::OpenSource(const std::string& pattern,
+                                                     ReaderOptions options) {
+  formats::SourceOptions so;
+  so.verify = options.verify_checksums;
+  SATURATE_ASSIGN_OR_RETURN(auto source, formats::Source::Open(pattern, so));
+  Manifest m;
+  m.schema = source->schema();
+  for (size_t f = 0; f < source->num_files(); ++f) {
+    m.shards.push_back({source->file_name(f), source->file_samples(f), source->file_bytes(f)});
+  }
+  m.metadata["source"] =
+      (source->format() == formats::SourceFormat::kWebDataset ? "webdataset:" : "tfrecord:") +
+      pattern;
+  std::unique_ptr<Dataset> ds(new Dataset(pattern, std::move(m), options));
+  ds->total_records_ = source->size();
+  ds->source_ = std::move(source);
+  return ds;
+}
+
+Result<Record> Dataset::GetSource(uint64_t index) const {
+  formats::Sample sample;
+  SATURATE_RETURN_IF_ERROR(source_->Read(index, &sample));
+  // The writer's record layout (DatasetWriter::Append): field table, then
+  // each payload at its field's alignment, padded to kRecordAlign.
+  const Schema& s = schema();
+  uint64_t size = s.fields.size() * kFieldEntryBytes;
+  for (size_t i = 0; i < s.fields.size(); ++i) {
+    const FieldSpec& spec = s.fields[i];
+    const uint64_t n = sample.fields[i].size();
+    if ((spec.fixed_bytes() != 0 && n != spec.fixed_bytes()) || n % spec.element_bytes() != 0 ||
+        n > UINT32_MAX) {
+      return Status::Corruption(source_->Describe(index) + ": field '" + spec.name + "' (" +
+                                spec.ToString() + ") has " + std::to_string(n) + " bytes");
+    }
+    size = AlignUp(size, spec.alignment()) + n;
+  }
+  size = AlignUp(size, kRecordAlign);
+  if (size > UINT32_MAX) {
+    return Status::Corruption(source_->Describe(index) + ": sample is over 4 GiB");
+  }
+  Record rec;
+  rec.owned_ = std::shared_ptr<std::byte[]>(
+      new (std::align_val_t{kRecordAlign}) std::byte[size],
+      [](std::byte* p) { ::operator delete[](p, std::align_val_t{kRecordAlign}); });
+  std::byte* out = rec.owned_.get();
+  uint64_t offset = s.fields.size() * kFieldEntryBytes;
+  for (size_t i = 0; i < s.fields.size(); ++i) {
+    const uint64_t aligned = AlignUp(offset, s.fields[i].alignment());
+    std::memset(out + offset, 0, aligned - offset);
+    offset = aligned;
+    StoreLE<uint32_t>(out + i * kFieldEntryBytes, static_cast<uint32_t>(offset));
+    StoreLE<uint32_t>(out + i * kFieldEntryBytes + 4,
+                      static_cast<uint32_t>(sample.fields[i].size()));
+    if (!sample.fields[i].empty()) {
+      std::memcpy(out + offset, sample.fields[i].data(), sample.fields[i].size());
+    }
+    offset += sample.fields[i].size();
+  }
+  std::memset(out + offset, 0, size - offset);
+  rec.bytes_ = out;
+  rec.num_fields_ = s.fields.size();
+  rec.index_ = index;
+  return rec;
+}
+
 Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, ReaderOptions options) {
   if (remote::IsRemoteUrl(dir)) return OpenRemote(dir, std::move(options));
   std::error_code ec;
+  if (formats::IsSourcePattern(dir) && !std::filesystem::is_directory(dir, ec)) {
+    return OpenSource(dir, std::move(options));
+  }
   if (!std::filesystem::is_directory(dir, ec)) {
     return Status::NotFound(dir + ": not a saturate dataset (not a directory)");
   }
@@ -268,6 +337,7 @@ std::pair<const Dataset::Shard*, uint64_t> Dataset::Locate(uint64_t index) const
 
 void Dataset::Prefetch(uint64_t index, uint64_t max_bytes) const {
   if (index >= total_records_) return;
+  if (source_) return source_->Prefetch(index, max_bytes);
   const auto [shard, local] = Locate(index);
   if (shard->file == nullptr) return;  // remote: PlanReads does the read-ahead
   const IndexEntry& e = shard->index[local];
@@ -279,6 +349,7 @@ Result<Record> Dataset::Get(uint64_t index) const {
     return Status::InvalidArgument("record " + std::to_string(index) + " out of range (dataset " +
                                    dir_ + " has " + std::to_string(total_records_) + ")");
   }
+  if (source_) return GetSource(index);
   const auto [shard_ptr, local] = Locate(index);
   const Shard& shard = *shard_ptr;
   if (shard.file == nullptr) return GetRemote(index, shard, local);

@@ -288,14 +288,20 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
     if (schema != nullptr) {
       plan = PlanForSchema(*schema, spec.options.image_key, spec.options.label_key);
     } else {
+      // Records that fail their checks are left out of the probe: Read()
+      // reports them (or --skip-bad skips them) like any other.
       std::vector<std::vector<std::byte>> scratch(std::min(kProbeSamples, first->entries.size()));
       std::vector<std::span<const std::byte>> probe;
+      Status first_error;
       for (size_t r = 0; r < scratch.size(); ++r) {
-        const IndexEntry& e = first->entries[r];
-        auto data = RecordData(*first->data, e, r, true, &scratch[r]);
-        if (!data.ok()) return data.status().WithContext(first->name);
-        probe.push_back(*data);
+        auto data = RecordData(*first->data, first->entries[r], r, true, &scratch[r]);
+        if (data.ok()) {
+          probe.push_back(*data);
+        } else if (first_error.ok()) {
+          first_error = data.status().WithContext(first->name);
+        }
       }
+      if (probe.empty()) return first_error;
       auto inferred = InferExampleFields(probe, spec.options.image_key, spec.options.label_key);
       if (!inferred.ok()) return inferred.status().WithContext(first->name);
       plan = std::move(*inferred);

@@ -107,22 +107,14 @@ TEST(Source, TfrecordReadAndBadCrc) {
   float w;
   std::memcpy(&w, s.fields[2].data(), 4);
   EXPECT_EQ(w, 1.5f);
-  // Flip one byte inside record 4's data: its CRC no longer holds. Open
-  // reads the first records to choose the fields, so it fails there; later
-  // records are checked by Read.
+  // Flip one byte inside record 4's data: its CRC no longer holds.
   file[file.size() - 8] ^= 1;
   WriteFile(dir.Join("bad.tfrecord"), file);
-  EXPECT_TRUE(HasError(Source::Open(dir.Join("bad.tfrecord"), Local(dir)).status(),
-                       StatusCode::kCorruption, {"bad.tfrecord", "record 4 at offset", "CRC-32C"}));
-  std::vector<std::string> many(70, records[0]);
-  many.push_back(records[1]);
-  std::string big = MakeTfrecord(many);
-  big[big.size() - 8] ^= 1;
-  WriteFile(dir.Join("late.tfrecord"), big);
-  auto late = Source::Open(dir.Join("late.tfrecord"), Local(dir));
-  SATURATE_ASSERT_OK(late.status());
-  EXPECT_TRUE(HasError((*late)->Read(70, &s), StatusCode::kCorruption,
-                       {"late.tfrecord", "record 70", "CRC-32C"}));
+  auto bad = Source::Open(dir.Join("bad.tfrecord"), Local(dir));
+  SATURATE_ASSERT_OK(bad.status());
+  EXPECT_TRUE(HasError((*bad)->Read(4, &s), StatusCode::kCorruption,
+                       {"bad.tfrecord", "record 4 at offset", "CRC-32C"}));
+  SATURATE_ASSERT_OK((*bad)->Read(3, &s));
   auto keys = Source::Open(dir.Join("train-0.tfrecord?image_key=nope"), Local(dir));
   EXPECT_TRUE(HasError(keys.status(), StatusCode::kInvalidArgument, {"'nope'", "--image-key"}));
 }

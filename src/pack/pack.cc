@@ -1,7 +1,10 @@
 #include "saturate/pack/pack.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -13,6 +16,7 @@
 #include "pack/staging.h"
 #include "pack/table.h"
 #include "saturate/format/writer.h"
+#include "saturate/formats/source.h"
 
 namespace saturate::pack {
 namespace {
@@ -362,6 +366,158 @@ Result<PackSummary> PackIdx(const IdxSpec& spec, const std::string& out,
     int64_t label = labels.data[i];
     SATURATE_RETURN_IF_ERROR(
         run->Add(Fields{std::span(pixels + i * h * w, h * w), format::AsBytes(label)}, h * w + 1));
+  }
+  return run->Finish();
+}
+
+namespace {
+
+// Decompresses the gzip file `from` into `to`.
+Status Gunzip(const std::string& from, const std::string& to) {
+  gzFile in = gzopen(from.c_str(), "rb");
+  if (in == nullptr) return Status::FromErrno(from, errno);
+  FILE* out = std::fopen(to.c_str(), "wb");
+  if (out == nullptr) {
+    gzclose(in);
+    return Status::FromErrno(to, errno);
+  }
+  std::vector<char> buf(1 << 20);
+  Status status;
+  for (;;) {
+    const int n = gzread(in, buf.data(), static_cast<unsigned>(buf.size()));
+    if (n < 0) {
+      int err = 0;
+      status = Status::Corruption(from + ": gzip: " + gzerror(in, &err));
+      break;
+    }
+    if (n == 0) break;
+    if (std::fwrite(buf.data(), 1, static_cast<size_t>(n), out) != static_cast<size_t>(n)) {
+      status = Status::IOError(to + ": write failed");
+      break;
+    }
+  }
+  const int closed = gzclose(in);
+  if (status.ok() && closed != Z_OK) {
+    status = Status::Corruption(from + ": gzip: truncated or corrupt stream");
+  }
+  if (std::fclose(out) != 0 && status.ok()) status = Status::IOError(to + ": write failed");
+  return status;
+}
+
+// A directory removed with everything in it when this goes out of scope.
+struct ScratchDir {
+  std::string path;
+  ~ScratchDir() {
+    std::error_code ec;
+    if (!path.empty()) fs::remove_all(path, ec);
+  }
+};
+
+struct LoadedSample {
+  Status status;
+  formats::Sample sample;
+  std::vector<std::byte> image;
+  uint64_t input_bytes = 0;
+};
+
+}  // namespace
+
+Result<PackSummary> PackSource(const std::vector<std::string>& patterns,
+                               const formats::SourceOptions& source, const std::string& out,
+                               const PackOptions& options) {
+  if (patterns.empty()) return Status::InvalidArgument("no input files");
+  SATURATE_ASSIGN_OR_RETURN(formats::SourceSpec spec,
+                            formats::ParseSourceSpec(patterns[0], source));
+  std::string pattern = patterns[0];
+  for (size_t p = 1; p < patterns.size(); ++p) {
+    SATURATE_ASSIGN_OR_RETURN(formats::SourceSpec more,
+                              formats::ParseSourceSpec(patterns[p], spec.options));
+    if (more.format != spec.format) {
+      return Status::InvalidArgument(patterns[p] + ": a different format than " + patterns[0]);
+    }
+    spec.files.insert(spec.files.end(), more.files.begin(), more.files.end());
+    pattern += " " + patterns[p];
+  }
+  spec.options.write_index = false;
+  const bool gzipped = std::any_of(spec.files.begin(), spec.files.end(), formats::IsGzipName);
+  // Uncompressed files are opened together (the total is known up front);
+  // gzip'd ones are unpacked and packed one at a time.
+  std::vector<std::vector<std::string>> groups;
+  if (gzipped) {
+    for (const std::string& f : spec.files) groups.push_back({f});
+  } else {
+    groups.push_back(spec.files);
+  }
+  ScratchDir scratch;
+  std::unique_ptr<PackRun> run;
+  Schema schema;
+  size_t image_field = 0;
+  const int threads = ThreadCount(options.threads);
+  for (const std::vector<std::string>& group : groups) {
+    formats::SourceSpec part = spec;
+    part.files.clear();
+    for (const std::string& f : group) {
+      if (!formats::IsGzipName(f)) {
+        part.files.push_back(f);
+        continue;
+      }
+      if (scratch.path.empty()) {
+        scratch.path = out + ".unpack";
+        std::error_code ec;
+        fs::remove_all(scratch.path, ec);
+        fs::create_directories(scratch.path, ec);
+        if (ec) return Status::IOError(scratch.path + ": " + ec.message());
+      }
+      std::string name = fs::path(f).filename().string();
+      name = name.ends_with(".tgz") ? name.substr(0, name.size() - 4) + ".tar"
+                                    : name.substr(0, name.size() - 3);
+      part.files.push_back(scratch.path + "/" + name);
+      SATURATE_RETURN_IF_ERROR(Gunzip(f, part.files.back()));
+    }
+    SATURATE_ASSIGN_OR_RETURN(auto src,
+                              formats::Source::Open(part, run ? &schema : nullptr, &group));
+    if (!run) {
+      schema = src->schema();
+      SATURATE_ASSIGN_OR_RETURN(image_field, schema.FieldIndex("image"));
+      format::WriterOptions wo;
+      wo.metadata["source"] =
+          (spec.format == formats::SourceFormat::kWebDataset ? "webdataset:" : "tfrecord:") +
+          pattern;
+      SATURATE_ASSIGN_OR_RETURN(
+          run, PackRun::Begin(out, schema, wo, gzipped ? 0 : src->size(), options));
+    }
+    auto load = [&](size_t i) {
+      LoadedSample s;
+      s.status = src->Read(i, &s.sample);
+      if (!s.status.ok()) return s;
+      for (const auto& f : s.sample.fields) s.input_bytes += f.size();
+      auto stored = StoredBytes(s.sample.fields[image_field], options);
+      if (stored.ok()) {
+        s.image = std::move(*stored);
+      } else {
+        s.status = stored.status().WithContext(src->Describe(i) + ": field 'image'");
+      }
+      return s;
+    };
+    auto sink = [&](size_t, LoadedSample s) -> Status {
+      if (!s.status.ok()) {
+        if (options.skip_bad && s.status.code() == StatusCode::kCorruption) {
+          return run->Skip(s.status);
+        }
+        return s.status;
+      }
+      Fields fields(s.sample.fields.begin(), s.sample.fields.end());
+      fields[image_field] = s.image;
+      return run->Add(fields, s.input_bytes);
+    };
+    SATURATE_RETURN_IF_ERROR(ForEachOrdered<LoadedSample>(src->size(), threads, load, sink));
+    src.reset();
+    for (const std::string& f : part.files) {
+      if (!scratch.path.empty() && f.starts_with(scratch.path + "/")) {
+        std::error_code ec;
+        fs::remove(f, ec);
+      }
+    }
   }
   return run->Finish();
 }

@@ -196,7 +196,8 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   auto f = std::make_shared<FeedFlags>();
   CLI::App* cmd = bench->add_subcommand(
       "feed", "Run the loader over a dataset as fast as it goes: samples/s and where time goes");
-  cmd->add_option("DATASET", f->dataset, "Dataset directory, or s3:// / http(s):// URL")
+  cmd->add_option("DATASET", f->dataset,
+                  "Dataset directory, s3:// / http(s):// URL, or WebDataset / TFRecord files")
       ->required();
   cmd->add_option("--threads", f->threads, "Decode threads: N or auto")->capture_default_str();
   cmd->add_option("--prefetch", f->prefetch, "Batches in flight: N or auto")->capture_default_str();

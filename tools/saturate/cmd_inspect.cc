@@ -148,7 +148,8 @@ void RegisterInspect(CLI::App& app, int* exit_code) {
   auto f = std::make_shared<InspectFlags>();
   CLI::App* cmd = app.add_subcommand(
       "inspect", "Print a dataset's schema, counts, sizes, class names and one sample record");
-  cmd->add_option("DATASET", f->dataset, "Dataset directory, or s3:// / http(s):// URL")
+  cmd->add_option("DATASET", f->dataset,
+                  "Dataset directory, s3:// / http(s):// URL, or WebDataset / TFRecord files")
       ->required();
   cmd->add_option("-r,--record", f->record, "Which record to show")->capture_default_str();
   cmd->add_flag("--json", f->json, "Machine-readable output");

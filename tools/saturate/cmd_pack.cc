@@ -1,4 +1,5 @@
-// saturate pack folder|table|idx: build a dataset from images, a table or IDX files.
+// saturate pack folder|table|idx|webdataset|tfrecord: build a dataset from images, a table,
+// IDX files, WebDataset tar shards or TFRecord files (also as `saturate pack SOURCE... OUT`).
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 
 #include "cli.h"
 #include "remote_flags.h"
+#include "saturate/formats/source.h"
 #include "saturate/pack/pack.h"
 
 namespace saturate::cli {
@@ -158,10 +160,53 @@ std::vector<std::string> SplitCommas(const std::string& s) {
 
 }  // namespace
 
+// WebDataset / TFRecord inputs: ARGS is SOURCE... OUT (patterns, or the files a
+// shell expanded); `prefix` ("webdataset:", "tfrecord:") forces the format.
+struct SourceArgs {
+  PackFlags flags;
+  std::vector<std::string> args;
+  formats::SourceOptions source;
+};
+
+void AddSourceFlags(CLI::App* cmd, SourceArgs* a, bool keys) {
+  cmd->add_option("ARGS", a->args,
+                  "SOURCE... OUT: input patterns or files (shards-{000..099}.tar, "
+                  "'train-*.tfrecord', .gz too), then the output dataset directory");
+  if (keys) {
+    cmd->add_option("--image-key", a->source.image_key, "TFRecord: the image bytes feature")
+        ->capture_default_str();
+    cmd->add_option("--label-key", a->source.label_key,
+                    "TFRecord: the int64 label feature ('' for none)")
+        ->capture_default_str();
+  }
+  AddCommonFlags(cmd, &a->flags);
+}
+
+int RunSourcePack(const SourceArgs& a, const std::string& prefix) {
+  if (a.args.size() < 2) {
+    return ReportError("pack", Status::InvalidArgument("give SOURCE... and OUT"));
+  }
+  std::vector<std::string> patterns(a.args.begin(), a.args.end() - 1);
+  for (std::string& p : patterns) {
+    if (!prefix.empty() && !p.starts_with(prefix)) p = prefix + p;
+    if (prefix.empty() && !formats::IsSourcePattern(p)) {
+      return ReportError(
+          "pack", Status::InvalidArgument(
+                      p + ": not a WebDataset (.tar, .tar.gz) or TFRecord (.tfrecord[.gz]) name; "
+                          "use pack folder|table|idx|webdataset|tfrecord"));
+    }
+  }
+  return RunPack(a.args.back(), a.flags, [&](const pack::PackOptions& o, const std::string& out) {
+    return pack::PackSource(patterns, a.source, out, o);
+  });
+}
+
 void RegisterPack(CLI::App& app, int* exit_code) {
   CLI::App* pack = app.add_subcommand(
-      "pack", "Pack images, a CSV/JSONL table or IDX files into a saturate dataset");
-  pack->require_subcommand(1);
+      "pack",
+      "Pack images, a CSV/JSONL table, IDX files, WebDataset tar shards or TFRecord files into a "
+      "saturate dataset");
+  pack->require_subcommand(0, 1);
 
   // Flag storage, kept alive by the callbacks that the App owns.
   struct State {
@@ -169,8 +214,36 @@ void RegisterPack(CLI::App& app, int* exit_code) {
     std::string folder_in, folder_out, table_in, table_out, idx_images, idx_labels, idx_out,
         idx_classes;
     pack::TableSpec table_spec;
+    SourceArgs bare, wds, tf;
   };
   auto st = std::make_shared<State>();
+
+  // `saturate pack SOURCE... OUT`: the format from the names.
+  AddSourceFlags(pack, &st->bare, /*keys=*/true);
+  pack->callback([pack, exit_code, st] {
+    if (!pack->get_subcommands().empty()) return;
+    if (st->bare.args.empty()) {
+      *exit_code = ReportError(
+          "pack", Status::InvalidArgument("give a subcommand (folder, table, idx, webdataset, "
+                                          "tfrecord) or SOURCE... OUT; see --help"));
+      return;
+    }
+    *exit_code = RunSourcePack(st->bare, "");
+  });
+
+  CLI::App* wds = pack->add_subcommand(
+      "webdataset",
+      "From WebDataset tar shards ({key}.jpg|png|cls|json|txt members; .tar or .tar.gz; brace "
+      "ranges and globs)");
+  AddSourceFlags(wds, &st->wds, /*keys=*/false);
+  wds->callback([exit_code, st] { *exit_code = RunSourcePack(st->wds, "webdataset:"); });
+
+  CLI::App* tf = pack->add_subcommand(
+      "tfrecord",
+      "From TFRecord files of tf.Example (CRC-checked; .gz too), e.g. ImageNet's "
+      "train-00000-of-01024");
+  AddSourceFlags(tf, &st->tf, /*keys=*/true);
+  tf->callback([exit_code, st] { *exit_code = RunSourcePack(st->tf, "tfrecord:"); });
 
   CLI::App* folder = pack->add_subcommand(
       "folder", "From a torchvision ImageFolder tree: ROOT/<class>/<image>.{jpg,png}");

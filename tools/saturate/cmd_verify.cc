@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "remote_flags.h"
 #include "saturate/format/verify.h"
+#include "saturate/formats/source.h"
 
 namespace saturate::cli {
 namespace {
@@ -48,7 +49,9 @@ int RunVerify(const VerifyFlags& f) {
               << r.manifest.shards.size() << " shard(s), " << FormatBytes(r.bytes_checked)
               << " checked\n";
   } else {
-    for (const auto& p : r.problems) std::cout << f.dataset << "/" << p.ToString() << "\n";
+    // WebDataset / TFRecord problems name their files in full.
+    const std::string prefix = formats::IsSourcePattern(f.dataset) ? "" : f.dataset + "/";
+    for (const auto& p : r.problems) std::cout << prefix << p.ToString() << "\n";
     if (r.problem_count > r.problems.size()) {
       std::cout << "... and " << r.problem_count - r.problems.size() << " more\n";
     }
@@ -64,7 +67,9 @@ void RegisterVerify(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "verify",
       "Check every record's checksum and every index entry; exit 0 only when clean, 1 on problems");
-  cmd->add_option("DATASET", f->dataset, "Dataset directory, or s3:// / http(s):// URL")
+  cmd->add_option("DATASET", f->dataset,
+                  "Dataset directory, s3:// / http(s):// URL, or WebDataset / TFRecord files "
+                  "(shards-{000..009}.tar, 'train-*.tfrecord')")
       ->required();
   cmd->add_option("--max-problems", f->max_problems, "List at most this many problems")
       ->capture_default_str();

@@ -12,6 +12,11 @@
 // same way; a record that fails its checksum is fetched once more, bypassing
 // the local cache, before Corruption is reported (naming the object's URL).
 //
+// Datasets in other formats: `dir` may name WebDataset tar shards or TFRecord
+// files (`laion-{000..009}.tar`, `train-*.tfrecord`; formats/source.h), read
+// where they lie through a sidecar index. Get() then lays each sample out as
+// a record (a copy) under the schema the source chose.
+//
 // Ownership: a Record's views point into the Dataset's mappings (or into a
 // buffer the Record owns, in pread and remote mode); they stay valid while
 // the Dataset lives. Thread-safety: a Dataset is immutable after Open() (its
@@ -34,6 +39,9 @@
 
 namespace saturate {
 class ReadOnlyFile;
+}
+namespace saturate::formats {
+class Source;
 }
 
 namespace saturate::format {
@@ -105,6 +113,8 @@ class Dataset {
   bool remote() const { return remote_ != nullptr; }
   // Requests, bytes, retries and cache counters (zero for local datasets).
   remote::RemoteStats remote_stats() const;
+  // The WebDataset / TFRecord source a pattern named; null for saturate datasets.
+  const formats::Source* source() const { return source_.get(); }
 
  private:
   struct Shard;
@@ -113,6 +123,9 @@ class Dataset {
   Dataset(std::string dir, Manifest manifest, ReaderOptions options);
   static Result<std::unique_ptr<Dataset>> OpenRemote(const std::string& url, ReaderOptions options);
   Result<Record> GetRemote(uint64_t index, const Shard& shard, uint64_t local) const;
+  static Result<std::unique_ptr<Dataset>> OpenSource(const std::string& pattern,
+                                                     ReaderOptions options);
+  Result<Record> GetSource(uint64_t index) const;
 
   std::string dir_;
   Manifest manifest_;
@@ -121,6 +134,7 @@ class Dataset {
   std::vector<uint64_t> shard_start_;  // global index of each shard's first record
   uint64_t total_records_ = 0;
   std::unique_ptr<remote::RangeReader> remote_;  // remote datasets only
+  std::unique_ptr<formats::Source> source_;      // WebDataset / TFRecord only
 };
 
 }  // namespace saturate::format

@@ -21,6 +21,10 @@
 
 #include "saturate/base/status.h"
 
+namespace saturate::formats {
+struct SourceOptions;
+}
+
 namespace saturate::pack {
 
 struct PackProgress {
@@ -86,6 +90,18 @@ struct IdxSpec {
 };
 Result<PackSummary> PackIdx(const IdxSpec& spec, const std::string& out,
                             const PackOptions& options);
+
+// WebDataset tar shards (.tar, .tar.gz) or TFRecord files of tf.Example
+// (.tfrecord, gzip'd too), named by patterns as formats::Source takes them
+// (`shards-{000..099}.tar`, `train-*.tfrecord`; several patterns, or the
+// files a shell expanded, are read in order and must be of one format). Fields as the source names
+// them (docs/formats.md); images are checked and stored as for PackImageFolder.
+// gzip'd files are unpacked one at a time into `OUT.unpack/` (removed after).
+// A bad sample (missing image, bad checksum, wrong field type) fails the pack
+// naming file, member or record and field, or is skipped under skip_bad.
+Result<PackSummary> PackSource(const std::vector<std::string>& patterns,
+                               const formats::SourceOptions& source, const std::string& out,
+                               const PackOptions& options);
 
 }  // namespace saturate::pack
 
