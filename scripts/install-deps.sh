@@ -19,6 +19,8 @@ packages=(
   libssl-dev
   # remote datasets (s3://, http(s)://): libcurl with AWS SigV4; the curl tool sets up their tests
   libcurl4-openssl-dev curl
+  # WebDataset tar shards and TFRecord files (src/formats): tar headers, tf.Example, CRC-32C
+  libarchive-dev libprotobuf-dev protobuf-compiler libboost-dev
   # sample data (scripts/make-photo-dataset, Fashion-MNIST)
   python3 python3-pil dataset-fashion-mnist plasma-workspace-wallpapers
   # the Python package, its tests and examples (scripts/python-env.sh): Debian's
