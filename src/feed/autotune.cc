@@ -98,8 +98,38 @@ std::string AutotuneController::NoGainBlock(int count, double wait_share) const 
          std::to_string(ng.retry_at_window - usable_windows_) + " windows";
 }
 
+AutotuneDecision AutotuneController::Size(const AutotuneSample& s, double wait, double busy_threads,
+                                          const std::string& seen) {
+  sized_ = true;
+  ResetHistory();  // a start-up window: not a baseline for the rules that follow
+  // Busy time per batch over the consumer's own time per batch.
+  const double asked = busy_threads / std::max(0.01, 1 - wait);
+  int target = static_cast<int>(std::ceil(asked / kSaturatedBusyShare - 1e-9));
+  std::string why = seen + ": the consumer asks for " + OneDecimal(asked) + " threads' work";
+  if (s.process_cpu_util >= 0) {
+    // The rest of the process (training) keeps its cores.
+    const double free_cores = limits_.cores - std::max(0.0, s.process_cpu_util - busy_threads);
+    const int fit = std::max(1, static_cast<int>(std::floor(free_cores + 0.25)));
+    if (target > fit) {
+      target = fit;
+      why += ", " + std::to_string(fit) + " cores free";
+    }
+  }
+  target = std::clamp(target, limits_.min_threads, limits_.max_threads);
+  // Only release threads the consumer does not wait for, and only add them
+  // where the workers are the bottleneck (a bursty consumer waits on idle
+  // workers: deeper prefetch helps it, not threads).
+  const bool busy = busy_threads / threads_ > kSaturatedBusyShare;
+  if ((target < threads_ && wait >= kTargetWaitShare) || (target > threads_ && !busy)) {
+    return Decide(why + ", but it waits with the workers " + Pct(busy_threads / threads_) +
+                      " busy: threads " + std::to_string(threads_) + " kept (sized)",
+                  threads_, prefetch_);
+  }
+  return Decide(why + ": threads " + Arrow(threads_, target) + " (sized)", target, prefetch_);
+}
+
 AutotuneDecision AutotuneController::Update(const AutotuneSample& s) {
-  if (s.window_ns < kMinWindowNs || s.batches_delivered < kMinWindowBatches) {
+  if (s.window_ns < min_window_ns() || s.batches_delivered < kMinWindowBatches) {
     return Decide("window too short (" + std::to_string(s.window_ns / 1'000'000) + " ms, " +
                       std::to_string(s.batches_delivered) + " batches): unchanged",
                   threads_, prefetch_);
@@ -153,6 +183,7 @@ AutotuneDecision AutotuneController::Update(const AutotuneSample& s) {
   idle_streak_ = idle ? idle_streak_ + 1 : 0;
 
   const std::string seen = "consumer waited " + Pct(wait) + " with workers " + Pct(busy) + " busy";
+  if (!sized_) return Size(s, wait, busy_threads, seen);
 
   if (trial_) {
     ++trial_windows_;

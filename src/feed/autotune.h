@@ -18,11 +18,24 @@
 //   rate = batches_delivered / window
 // the controller does at most one thing:
 //
-//  * Ignore the window if it is shorter than 200 ms or delivered fewer than 2
-//    batches ("window too short"), if it is the first usable one (pipeline
-//    start-up, "warming up"), or if it ran with settings other than the last
-//    decision (the loader had not applied it yet). After 3 such mismatched
-//    windows in a row the controller adopts the loader's settings.
+//  * Ignore the window if it is shorter than 200 ms (50 ms for the first 3
+//    usable windows, so that start-up decisions come within ~0.2 s) or
+//    delivered fewer than 2 batches ("window too short"), if it is the first
+//    usable one (pipeline start-up, "warming up"), or if it ran with settings
+//    other than the last decision (the loader had not applied it yet). After 3
+//    such mismatched windows in a row the controller adopts the loader's
+//    settings.
+//  * Size once, on the first window after the warm-up: the work the consumer
+//    asks for is busy_threads / (1 - wait) threads' worth (the workers' busy
+//    time per batch over the consumer's own time per batch; a consumer that
+//    waits would go that much faster). Jump to that divided by 85% busy,
+//    rounded up, within the limits and within the cores the rest of the
+//    process leaves free (when process_cpu_util is known); but release
+//    threads only if the consumer waited < 2%, and add them only if the
+//    workers were > 85% busy (a bursty consumer). The loader starts
+//    "auto" at max_threads, so the first batches come as fast as the
+//    machine allows and sizing only ever releases threads it does not need;
+//    the rules below then adjust by one thread at a time.
 //  * Add a thread when, for 2 windows in a row, the consumer waited > 5%,
 //    the workers were > 85% busy and the ready queue was not full at the end
 //    of the window (a throughput shortfall, not a burst). This is a
@@ -122,6 +135,8 @@ class AutotuneController {
  public:
   // Thresholds of the policy above (shares of wall time or of thread time).
   static constexpr uint64_t kMinWindowNs = 200'000'000;
+  static constexpr uint64_t kStartupWindowNs = 50'000'000;  // the first kStartupWindows
+  static constexpr int kStartupWindows = 3;
   static constexpr uint64_t kMinWindowBatches = 2;
   static constexpr int kWarmupWindows = 1;
   static constexpr int kMismatchesToAdopt = 3;
@@ -151,6 +166,12 @@ class AutotuneController {
   // pure function of the constructor arguments and the samples so far.
   AutotuneDecision Update(const AutotuneSample& sample);
 
+  // The shortest window Update() uses now: short while starting up.
+  uint64_t min_window_ns() const {
+    return usable_windows_ < static_cast<uint64_t>(kStartupWindows) ? kStartupWindowNs
+                                                                    : kMinWindowNs;
+  }
+
   int threads() const { return threads_; }
   int prefetch() const { return prefetch_; }
   const AutotuneLimits& limits() const { return limits_; }
@@ -163,6 +184,9 @@ class AutotuneController {
   };
 
   AutotuneDecision Decide(std::string reason, int threads, int prefetch);
+  // The one-time jump to the threads the first measured window asks for.
+  AutotuneDecision Size(const AutotuneSample& s, double wait, double busy_threads,
+                        const std::string& seen);
   void ResetHistory();
   // Why `count` threads may not be tried now, or "" if it may.
   std::string NoGainBlock(int count, double wait_share) const;
@@ -172,6 +196,7 @@ class AutotuneController {
   int threads_ = 1;
   int prefetch_ = 1;
   uint64_t usable_windows_ = 0;  // windows that passed the length/settings checks
+  bool sized_ = false;
   int mismatches_ = 0;
   // Windows at the current settings.
   std::vector<double> rates_per_s_;  // last kBaselineWindows delivered rates

@@ -86,6 +86,8 @@ struct Pipeline {
         std::min(threads * window_ns, delivered * batch_cost * (threads / threads_eff)));
     s.threads = threads;
     s.prefetch = prefetch;
+    // The whole process: training plus the CPU the workers' output took.
+    s.process_cpu_util = training_cores + delivered * batch_cost / window_ns;
     // Full while production keeps ahead; otherwise empty during (and right
     // after) a burst, full during the pause.
     const bool in_pause = Uniform() < pause_ns / cycle_ns;
@@ -212,11 +214,20 @@ TEST(AutotuneTest, InitialSettingsAreClamped) {
 }
 
 // (7) Short windows change nothing.
+// Feeds the warm-up window and a sizing window that keeps `threads`: the
+// state from which the step-by-step rules run.
+void StartAt(Controller& c, int threads, int prefetch) {
+  ASSERT_EQ(c.Update(Sample(threads, prefetch, 0, 0.8, 100)).reason, "warming up");
+  AutotuneDecision d = c.Update(Sample(threads, prefetch, 0, 0.8, 100));
+  ASSERT_FALSE(d.changed) << d.reason;
+  ASSERT_NE(d.reason.find("(sized)"), std::string::npos) << d.reason;
+}
+
 TEST(AutotuneTest, ShortWindowsChangeNothing) {
   Controller c(Limits(8), 2, 4);
   for (int i = 0; i < 20; ++i) {
     AutotuneSample s = Sample(2, 4, 0.5, 1.0, 100);
-    s.window_ns = 150'000'000;
+    s.window_ns = 40'000'000;  // shorter than even a start-up window
     AutotuneDecision d = c.Update(s);
     EXPECT_FALSE(d.changed);
     EXPECT_EQ(d.threads, 2);
@@ -232,11 +243,50 @@ TEST(AutotuneTest, ShortWindowsChangeNothing) {
   AutotuneDecision d = c.Update(Sample(2, 4, 0.5, 1.0, 100));
   EXPECT_FALSE(d.changed);
   EXPECT_EQ(d.reason, "warming up");
+  // Start-up windows may be 50 ms; later ones must be 200 ms.
+  EXPECT_EQ(c.min_window_ns(), Controller::kStartupWindowNs);
+  c.Update(Sample(2, 4, 0, 0.8, 100));  // sizing
+  c.Update(Sample(2, 4, 0, 0.8, 100));
+  EXPECT_EQ(c.min_window_ns(), Controller::kMinWindowNs);
+  AutotuneSample s = Sample(2, 4, 0.5, 1.0, 100);
+  s.window_ns = 150'000'000;
+  d = c.Update(s);
+  EXPECT_NE(d.reason.find("window too short (150 ms"), std::string::npos) << d.reason;
+}
+
+// The first window after the warm-up sizes the thread count in one step:
+// from the work the consumer asks for, within the cores left free.
+TEST(AutotuneTest, SizesFromTheFirstMeasuredWindow) {
+  // A slow consumer: 7 threads 10% busy with no wait: 0.7 threads' work -> 1.
+  Controller slow(Limits(8), 7, 4);
+  slow.Update(Sample(7, 4, 0, 0.1, 100));
+  AutotuneDecision d = slow.Update(Sample(7, 4, 0, 0.1, 100));
+  EXPECT_TRUE(d.changed);
+  EXPECT_EQ(d.threads, 1);
+  EXPECT_EQ(d.reason,
+            "consumer waited 0% with workers 10% busy: the consumer asks for 0.7 threads' work: "
+            "threads 7→1 (sized)");
+  // A consumer that waits half the time at 2 busy threads asks for 4: 5 at 85%.
+  Controller starved(Limits(8), 2, 4);
+  starved.Update(Sample(2, 4, 0.5, 1.0, 100));
+  d = starved.Update(Sample(2, 4, 0.5, 1.0, 100));
+  EXPECT_EQ(d.threads, 5);
+  // ... but the training process already uses 4 of the 8 cores: 4 threads.
+  Controller shared(Limits(8), 2, 4);
+  AutotuneSample s = Sample(2, 4, 0.5, 1.0, 100);
+  s.process_cpu_util = 6.0;
+  shared.Update(s);
+  d = shared.Update(s);
+  EXPECT_EQ(d.threads, 4);
+  EXPECT_NE(d.reason.find("4 cores free"), std::string::npos) << d.reason;
+  // Sizing happens once: the same window later is a step-by-step one.
+  d = shared.Update(s);
+  EXPECT_EQ(d.reason.find("(sized)"), std::string::npos) << d.reason;
 }
 
 TEST(AutotuneTest, AddsThreadAfterTwoStarvedWindowsWithReason) {
   Controller c(Limits(8), 2, 4);
-  EXPECT_EQ(c.Update(Sample(2, 4, 0.23, 0.97, 100)).reason, "warming up");
+  StartAt(c, 2, 4);
   AutotuneDecision d = c.Update(Sample(2, 4, 0.23, 0.97, 100));
   EXPECT_FALSE(d.changed);
   d = c.Update(Sample(2, 4, 0.23, 0.97, 100));
@@ -254,7 +304,7 @@ TEST(AutotuneTest, AddsThreadAfterTwoStarvedWindowsWithReason) {
 
 TEST(AutotuneTest, RevertsThreadThatGivesNoGainAndBacksOff) {
   Controller c(Limits(8), 2, 4);
-  c.Update(Sample(2, 4, 0.3, 0.97, 100));  // warm-up
+  StartAt(c, 2, 4);
   c.Update(Sample(2, 4, 0.3, 0.97, 100));
   ASSERT_EQ(c.Update(Sample(2, 4, 0.3, 0.97, 100)).threads, 3);
   c.Update(Sample(3, 4, 0.3, 0.98, 102));
@@ -293,7 +343,7 @@ TEST(AutotuneTest, DoesNotAddThreadsWhenProcessSaturatesTheMachine) {
     s.process_cpu_util = 7.6;
     AutotuneDecision d = c.Update(s);
     EXPECT_FALSE(d.changed) << d.reason;
-    if (i >= 2) {
+    if (i >= 3) {  // after the warm-up, the sizing and two starved windows
       EXPECT_NE(d.reason.find("process uses 7.6 of 8 cores"), std::string::npos) << d.reason;
     }
   }
@@ -369,15 +419,17 @@ TEST(AutotuneSimTest, ClimbsToMinimalThreadsAndStays) {
     // After convergence: rare, backed-off retries of a 4th thread at most.
     EXPECT_LE(t.Changes(30), 6) << "seed " << seed << "\n" << t.Dump();
 
-    // 2.5 threads' worth: 3 threads remove the wait with a margin; after
-    // climbing there, nothing changes any more.
+    // 2.5 threads' worth: sizing asks for 2.5 / 85% = 2.9 threads, 3 or 4
+    // with the noise (4 at 63% busy are not shed: 3 would be 83% busy); from
+    // there, nothing changes any more.
     Pipeline q;
     q.rng_state = seed;
     q.NeedThreads(2.5);
     Controller d(Limits(8), 1, 4);
     t = RunWindows(d, q, 150);
-    EXPECT_EQ(t.FinalThreads(), 3) << "seed " << seed << "\n" << t.Dump();
-    EXPECT_EQ(t.Changes(20), 0) << "seed " << seed << "\n" << t.Dump();
+    EXPECT_GE(t.FinalThreads(), 3) << "seed " << seed << "\n" << t.Dump();
+    EXPECT_LE(t.FinalThreads(), 4) << "seed " << seed << "\n" << t.Dump();
+    EXPECT_EQ(t.Changes(2), 0) << "seed " << seed << "\n" << t.Dump();
     EXPECT_LT(t.TailWait(130), 0.01) << "seed " << seed << "\n" << t.Dump();
   }
 }
@@ -504,6 +556,46 @@ TEST(AutotuneSimTest, BurstyConsumerRespectsRamCap) {
       EXPECT_EQ(t.Changes(0), 0) << t.Dump();
       EXPECT_NE(t.decisions.back().reason.find("prefetch at max 2 (RAM cap)"), std::string::npos)
           << t.Dump();
+    }
+  }
+}
+
+// As the loader runs "auto": every core at the start, 50 ms windows while
+// starting up, then 200 ms. The settings are final by the sizing decision
+// (0.1 s into the run) and never change afterwards, for a consumer that
+// wants everything (bench feed), a slow one and one in between.
+TEST(AutotuneSimTest, StartsAtEveryCoreAndIsSizedWithinATenthOfASecond) {
+  struct Case {
+    int cores;
+    double threads_worth;  // what the consumer asks for
+    int want_min, want_max;
+  };
+  const Case cases[] = {{2, 50.0, 2, 2}, {8, 0.5, 1, 1}, {8, 3.0, 4, 4}, {16, 6.0, 7, 8}};
+  for (const Case& k : cases) {
+    for (uint64_t seed = kFirstSeed; seed < kFirstSeed + 10; ++seed) {
+      Pipeline p;
+      p.rng_state = seed;
+      p.cores = k.cores;
+      p.training_cores = 0;
+      p.sample_cost_ns = 100e3;  // 3.2 ms per batch per thread
+      p.NeedThreads(k.threads_worth);
+      AutotuneLimits l = Limits(k.cores);
+      l.reserved_cores = 0;
+      Controller c(l, k.cores, 4);
+      Trace t;
+      double elapsed_s = 0, settled_s = -1;
+      for (int i = 0; i < 100; ++i) {
+        p.window_ns = static_cast<double>(c.min_window_ns());
+        t.samples.push_back(p.Window(c.threads(), c.prefetch()));
+        t.decisions.push_back(c.Update(t.samples.back()));
+        elapsed_s += p.window_ns * 1e-9;
+        if (i == 1) settled_s = elapsed_s;
+      }
+      EXPECT_LE(settled_s, 0.11);
+      EXPECT_NE(t.decisions[1].reason.find("(sized)"), std::string::npos) << t.Dump();
+      EXPECT_GE(t.decisions[1].threads, k.want_min) << "seed " << seed << "\n" << t.Dump();
+      EXPECT_LE(t.decisions[1].threads, k.want_max) << "seed " << seed << "\n" << t.Dump();
+      EXPECT_EQ(t.Changes(2), 0) << "seed " << seed << "\n" << t.Dump();
     }
   }
 }

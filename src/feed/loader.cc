@@ -172,7 +172,9 @@ class Loader::Impl {
     // Workers are started up to the most the tuner may use; those with an id
     // at or above threads_ sleep.
     max_threads_ = auto_threads ? cores : options_.threads;
-    threads_ = auto_threads ? std::max(1, cores / 2) : options_.threads;
+    // "auto" starts at every core: the first batches come as fast as the
+    // machine allows, and the tuner sizes down from its first windows.
+    threads_ = auto_threads ? max_threads_ : options_.threads;
     prefetch_ = auto_prefetch ? kDefaultPrefetch : std::min(options_.prefetch, kMaxPrefetch);
     if (auto_threads || auto_prefetch) {
       AutotuneLimits limits;
@@ -411,7 +413,7 @@ class Loader::Impl {
   void AutotuneLocked() {
     const auto now = Clock::now();
     const uint64_t window_ns = Nanos(window_.start, now);
-    if (window_ns < AutotuneController::kMinWindowNs) return;
+    if (window_ns < tuner_->min_window_ns()) return;
     AutotuneSample sample;
     sample.window_ns = window_ns;
     sample.batches_delivered = batches_delivered_ - window_.stats.batches_delivered;
