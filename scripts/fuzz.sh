@@ -8,7 +8,8 @@ seconds=${1:-30}
 CC=clang CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DSATURATE_BUILD_FUZZ=ON \
   -DSATURATE_BUILD_TESTS=OFF -DSATURATE_WITH_CUDA=OFF \
   -DSATURATE_SANITIZE='address;undefined' >/dev/null
-targets=(shard_fuzz manifest_fuzz idx_fuzz table_fuzz image_fuzz procfs_fuzz run_fuzz job_fuzz manifest_ckpt_fuzz remote_url_fuzz)
+targets=(shard_fuzz manifest_fuzz idx_fuzz table_fuzz image_fuzz procfs_fuzz run_fuzz job_fuzz manifest_ckpt_fuzz remote_url_fuzz
+  tar_index_fuzz tfrecord_fuzz)
 cmake --build build/fuzz -j "$JOBS" --target "${targets[@]}"
 mkdir -p build/fuzz/artifacts
 for t in "${targets[@]}"; do

@@ -16,7 +16,7 @@ struct ArchiveFree {
 
 std::string ArchiveError(archive* a) {
   const char* e = archive_error_string(a);
-  return e != nullptr ? e : "unknown libarchive error";
+  return e != nullptr ? e : "truncated or malformed header";
 }
 
 }  // namespace

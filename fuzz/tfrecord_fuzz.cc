@@ -1,0 +1,38 @@
+// libFuzzer target for TFRecord framing and tf.Example parsing: any input
+// must yield records inside the input, fields of the sizes their types say,
+// or a Status; never a crash, a hang or a read outside the input.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "formats/example.h"
+#include "formats/tfrecord.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace saturate::formats;  // NOLINT: a fuzz target
+  auto bytes = std::as_bytes(std::span(data, size));
+  auto spans = ScanTfrecord(bytes);
+  if (!spans.ok()) return 0;
+  std::vector<std::span<const std::byte>> records;
+  for (size_t r = 0; r < spans->size(); ++r) {
+    auto rec = ReadTfrecord(bytes, (*spans)[r], r, /*verify=*/true);
+    if (rec.ok()) records.push_back(*rec);
+  }
+  if (records.empty()) return 0;
+  auto plan = InferExampleFields(records, "image/encoded", "image/class/label");
+  if (!plan.ok()) return 0;
+  for (const auto& rec : records) {
+    Sample sample;
+    if (!ExtractExample(rec, plan->schema, plan->features, &sample).ok()) continue;
+    if (sample.fields.size() != plan->schema.fields.size()) __builtin_trap();
+    for (size_t i = 0; i < sample.fields.size(); ++i) {
+      const auto& spec = plan->schema.fields[i];
+      const uint64_t fixed = spec.kind == saturate::format::FieldKind::kInt64     ? 8
+                             : spec.kind == saturate::format::FieldKind::kFloat32 ? 4
+                                                                                  : 0;
+      if (fixed != 0 && sample.fields[i].size() != fixed) __builtin_trap();
+    }
+  }
+  return 0;
+}
