@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# RRC-224 feed of the same photos in four ways, side by side in one run (issue 23):
+#   - WebDataset shards read directly by saturate (`saturate bench feed 'wds-{0..3}.tar'`);
+#   - the same shards through `webdataset` + torch DataLoader (the best of several worker counts);
+#   - TFRecord files of tf.Example read directly by saturate;
+#   - the shards packed into saturate's format (`saturate pack`), fed by saturate.
+# The shards and TFRecord files are written by the formats' reference writers
+# (webdataset.TarWriter, the tfrecord package). Prints images/s and the ratios.
+#
+# usage: bench/formats_feed.sh [PHOTOS] [REPEATS]
+#   PHOTOS   an ImageFolder (default /tmp/saturate-bench-photos/train, made with
+#            scripts/make-photo-dataset --train 1000 --val 0 if missing)
+#   env      SATURATE_CLI (default build/ci/tools/saturate/saturate), PYTHON (default
+#            .venv/bin/python, with torch, torchvision, webdataset and tfrecord), THREADS
+#            (default: all cores), WORKERS (DataLoader worker counts, default "0 1 2 4"),
+#            BATCHES (timed batches per run, default 30)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SAT=${SATURATE_CLI:-build/ci/tools/saturate/saturate}
+PY=${PYTHON:-.venv/bin/python}
+PHOTOS=${1:-/tmp/saturate-bench-photos/train}
+REPEATS=${2:-3}
+THREADS=${THREADS:-$(nproc)}
+WORKERS=${WORKERS:-"0 1 2 4"}
+BATCHES=${BATCHES:-30}
+if [[ ! -d $PHOTOS ]]; then
+  scripts/make-photo-dataset "$(dirname "$PHOTOS")" --train 1000 --val 0
+fi
+work=$(mktemp -d /tmp/saturate-formats-bench.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# The same photos as 4 WebDataset shards and 4 TFRecord files, labels from the class folders.
+"$PY" - "$PHOTOS" "$work" <<'PY'
+import os, sys
+import webdataset as wds
+from tfrecord import TFRecordWriter
+root, out = sys.argv[1], sys.argv[2]
+classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+files = [(os.path.join(root, c, f), i) for i, c in enumerate(classes)
+         for f in sorted(os.listdir(os.path.join(root, c))) if f.lower().endswith((".jpg", ".jpeg"))]
+for s in range(4):
+    part = files[s::4]
+    with wds.TarWriter(f"{out}/wds-{s}.tar") as sink:
+        for k, (path, label) in enumerate(part):
+            sink.write({"__key__": f"{s}-{k:06d}", "jpg": open(path, "rb").read(), "cls": label})
+    writer = TFRecordWriter(f"{out}/tf-{s}.tfrecord")
+    for path, label in part:
+        writer.write({"image/encoded": (open(path, "rb").read(), "byte"),
+                      "image/class/label": (label, "int")})
+    writer.close()
+print(f"formats_feed: {len(files)} photos in 4 WebDataset shards and 4 TFRecord files")
+PY
+"$SAT" pack "$work/wds-{0..3}.tar" "$work/packed.sat" -q >/dev/null
+
+feed() {  # MODE DATASET
+  "$SAT" bench feed "$2" --json --threads "$THREADS" --warmup 2 -b 64 --epochs 2 \
+    -t image:crop=random,size=224 2>/dev/null |
+    "$PY" -c "import json,sys; j=json.load(sys.stdin); print(json.dumps({'mode': '$1', 'images_per_s': j['images_per_s']}))" \
+    >>"$work/results.jsonl"
+}
+torch_feed() {  # WORKERS
+  "$PY" - "$work" "$1" "$BATCHES" <<'PY' >>"$work/results.jsonl"
+import json, sys, time
+import torch, webdataset as wds
+from torchvision import transforms as T
+work, workers, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+torch.set_num_threads(1)
+tf = T.Compose([T.RandomResizedCrop(224), T.PILToTensor()])
+ds = (wds.WebDataset(f"{work}/wds-{{0..3}}.tar", shardshuffle=False).shuffle(256)
+      .decode("pil").to_tuple("jpg", "cls").map_tuple(tf, lambda y: y))
+loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=workers)
+n, start, it = 0, None, iter(loader)
+for b in range(batches + 2):
+    try:
+        x, _ = next(it)
+    except StopIteration:
+        it = iter(loader)
+        x, _ = next(it)
+    if b == 1:
+        start = time.perf_counter()  # after warm-up (workers started, first batches)
+    elif b > 1:
+        n += x.shape[0]
+print(json.dumps({"mode": f"webdataset+DataLoader w={workers}",
+                  "images_per_s": n / (time.perf_counter() - start)}))
+PY
+}
+for _ in $(seq "$REPEATS"); do
+  feed "saturate direct WebDataset" "$work/wds-{0..3}.tar"
+  feed "saturate direct TFRecord" "$work/tf-*.tfrecord"
+  feed "saturate packed" "$work/packed.sat"
+  for w in $WORKERS; do torch_feed "$w"; done
+done
+"$PY" - "$work/results.jsonl" "$THREADS" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+modes = list(dict.fromkeys(r["mode"] for r in rows))
+rate = {m: statistics.median(r["images_per_s"] for r in rows if r["mode"] == m) for m in modes}
+print(f"RRC-224, batch 64, saturate --threads {sys.argv[2]}; median of "
+      f"{len(rows) // len(modes)} run(s)")
+for m in modes:
+    print(f"  {m:<34} {rate[m]:>8.1f} images/s")
+torch_best = max(v for m, v in rate.items() if m.startswith("webdataset"))
+direct, packed = rate["saturate direct WebDataset"], rate["saturate packed"]
+print(f"direct WebDataset / best webdataset+DataLoader: {direct / torch_best:.2f}x")
+print(f"direct WebDataset / packed: {direct / packed:.0%}; "
+      f"direct TFRecord / packed: {rate['saturate direct TFRecord'] / packed:.0%}")
+PY
