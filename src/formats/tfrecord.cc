@@ -22,11 +22,37 @@ std::string Where(uint64_t record, uint64_t offset) {
 
 }  // namespace
 
-uint32_t Crc32c(std::span<const std::byte> bytes) {
+uint32_t Crc32cPortable(std::span<const std::byte> bytes) {
   // CRC-32C (Castagnoli): reflected polynomial 0x1EDC6F41, as TensorFlow uses.
   boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
   crc.process_bytes(bytes.data(), bytes.size());
   return crc.checksum();
+}
+
+#if defined(__x86_64__)
+namespace {
+
+// The SSE4.2 crc32 instruction computes CRC-32C: 8 bytes per instruction,
+// ~20x the table-driven rate (the data check runs on every TFRecord read).
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(std::span<const std::byte> bytes) {
+  const std::byte* p = bytes.data();
+  size_t n = bytes.size();
+  uint64_t crc = 0xFFFFFFFFu;
+  for (; n >= 8; p += 8, n -= 8) crc = __builtin_ia32_crc32di(crc, Load<uint64_t>(p));
+  auto c = static_cast<uint32_t>(crc);
+  for (; n > 0; ++p, --n) c = __builtin_ia32_crc32qi(c, static_cast<unsigned char>(*p));
+  return c ^ 0xFFFFFFFFu;
+}
+
+}  // namespace
+#endif
+
+uint32_t Crc32c(std::span<const std::byte> bytes) {
+#if defined(__x86_64__)
+  static const bool sse42 = __builtin_cpu_supports("sse4.2");
+  if (sse42) return Crc32cSse42(bytes);
+#endif
+  return Crc32cPortable(bytes);
 }
 
 uint32_t MaskedCrc32c(std::span<const std::byte> bytes) { return Mask(Crc32c(bytes)); }

@@ -26,7 +26,10 @@ namespace saturate::formats {
 inline constexpr uint64_t kTfrecordHeaderBytes = 12;  // length + its crc
 inline constexpr uint64_t kTfrecordFooterBytes = 4;   // crc of the data
 
+// CRC-32C with the CPU's crc32 instruction where it has one (x86-64 SSE4.2),
+// else boost::crc_optimal; Crc32cPortable is always the latter (tests).
 uint32_t Crc32c(std::span<const std::byte> bytes);
+uint32_t Crc32cPortable(std::span<const std::byte> bytes);
 uint32_t MaskedCrc32c(std::span<const std::byte> bytes);
 
 // Where one record's data lies in the file.

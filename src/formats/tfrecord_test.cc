@@ -17,6 +17,18 @@ TEST(Tfrecord, Crc32cKnownValues) {
   // RFC 3720 B.4 test vector and the classic "123456789" check value.
   EXPECT_EQ(Crc32c(B("123456789")), 0xE3069283u);
   EXPECT_EQ(Crc32c(B(std::string(32, '\0'))), 0x8A9136AAu);
+  EXPECT_EQ(Crc32cPortable(B("123456789")), 0xE3069283u);
+}
+
+TEST(Tfrecord, FastCrcEqualsPortable) {
+  std::string data;
+  for (int i = 0; i < 300; ++i) data.push_back(static_cast<char>(i * 37 + 11));
+  for (size_t len : {0, 1, 7, 8, 9, 15, 64, 299}) {
+    for (size_t start : {0, 1, 3}) {
+      auto b = B(data).subspan(start, len);
+      EXPECT_EQ(Crc32c(b), Crc32cPortable(b)) << start << "+" << len;
+    }
+  }
 }
 
 TEST(Tfrecord, ScanAndReadRoundTrip) {
