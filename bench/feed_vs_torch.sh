@@ -43,8 +43,6 @@ data=${BENCH_DATA:-/tmp/saturate-bench-data}
 python=${PYTHON:-python3}
 out=${OUT:-$build/feed_vs_torch.json}
 fmnist_dir=/usr/share/datasets/fashion-mnist
-fmnist_classes="T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot"
-photos_count=3000
 
 die() { echo "feed_vs_torch.sh: $*" >&2; exit 2; }
 
@@ -71,24 +69,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSATURATE_BUIL
 cmake --build "$build" --target saturate decode_bound
 sat=$build/tools/saturate/saturate
 
-echo "== datasets ($data)"
-mkdir -p "$data"
-photos=$data/photos
-have=0  # (find on a missing folder fails, and pipefail would end the script)
-if [[ -d $photos/train ]]; then have=$(find "$photos/train" -name '*.jpg' | wc -l); fi
-if [[ $have != "$photos_count" ]]; then
-  echo "making $photos_count photos in $photos (found $have)"
-  "$root/scripts/make-photo-dataset" "$photos" --train "$photos_count" --val 0 --force
-fi
-# Packed on every run (a few seconds), so the dataset is in this build's
-# format: JPEGs restart-marked for the loader's cut decode (pack --help).
-"$sat" pack folder "$photos/train" "$data/photos.sat" --force -q
-if ! "$sat" inspect "$data/fmnist.sat" >/dev/null 2>&1; then
-  "$sat" pack idx "$fmnist_dir/train-images-idx3-ubyte.gz" "$fmnist_dir/train-labels-idx1-ubyte.gz" \
-    "$data/fmnist.sat" --class-names "$fmnist_classes" --force -q
-fi
-# Warm the page cache, so neither side pays for the first read from disk.
-cat "$photos"/train/*/*.jpg "$data"/photos.sat/* "$data"/fmnist.sat/* >/dev/null
+source "$root/bench/bench_data.sh"  # photos.sat and fmnist.sat in $data, page cache warm
 
 echo "== machine"
 echo "cores: $(nproc); $(lscpu | grep 'Model name' | sed 's/  */ /g')"

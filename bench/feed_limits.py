@@ -1,0 +1,131 @@
+"""saturate's feed at the machine's limits, in one run (issue 29):
+
+  A. Small records: Fashion-MNIST (60,000 28x28 uint8), batch 256, float32
+     normalized. The torch DataLoader over the usual tensor-backed Dataset at
+     its best num_workers, `saturate bench feed` at threads 1, 2 and auto, and
+     beside them the memory-bandwidth bound: memcpy bytes/s on the same
+     thread count (bench/memcpy_bound, buffers far larger than the caches)
+     turned into samples/s as 2 * rate / (bytes read + bytes written per
+     sample).
+  B. Autotuning from the first second: the photo set (RandomResizedCrop 224,
+     uint8, batch 64) over 2 and over 8 epochs at every fixed thread count and
+     at auto; auto's rate over the best fixed one.
+
+Configurations alternate within each repeat (REPEATS, default 3) so that
+load on the machine hits them alike; each configuration's best run is
+reported, with all runs in the JSON. Run through bench/feed_limits.sh.
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from feed_vs_torch import (FMNIST_BATCH, FMNIST_MEAN, FMNIST_STD, PHOTO_BATCH,  # noqa: E402
+                           FashionMnist, LoadSampler, best, ints, log, saturate_feed, time_epoch)
+
+FMNIST_READ_BYTES = 28 * 28 + 8  # uint8 image + int64 label
+FMNIST_WRITE_BYTES = 28 * 28 * 4 + 8  # float32 image + int64 label
+
+
+def memcpy_rate(program, threads):
+    out = subprocess.run([program, "--threads", str(threads)], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out)["copy_bytes_per_s"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--saturate", required=True)
+    ap.add_argument("--memcpy-bound", required=True)
+    ap.add_argument("--photos-sat", required=True)
+    ap.add_argument("--fmnist-images", required=True)
+    ap.add_argument("--fmnist-labels", required=True)
+    ap.add_argument("--fmnist-sat", required=True)
+    ap.add_argument("--out", required=True, help="JSON results file")
+    args = ap.parse_args()
+
+    repeats = int(os.environ.get("REPEATS", "3"))
+    fmnist_workers = ints(os.environ.get("FMNIST_WORKERS", "0 1 2"))
+    cores = os.cpu_count()
+    fixed = [str(t) for t in range(1, cores + 1)]
+    fmnist_t = f"image:to-float,mean={FMNIST_MEAN:.4f},std={FMNIST_STD:.4f}"
+    photo_t = "image:crop=random,size=224,flip=0.5"
+    res = {"machine": {"cores": cores, "platform": platform.platform()},
+           "date_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+           "repeats": repeats}
+
+    with LoadSampler() as load:
+        log("== A. Fashion-MNIST, batch 256, float32 normalized")
+        fm = FashionMnist(args.fmnist_images, args.fmnist_labels)
+        sweep = [time_epoch(fm, FMNIST_BATCH, w) for w in fmnist_workers]
+        w_best = best(sweep)["num_workers"]
+        torch_runs = []
+        sat = {t: [] for t in fixed + ["auto"]}
+        copy = {t: [] for t in fixed}
+        for i in range(repeats):
+            torch_runs.append(time_epoch(fm, FMNIST_BATCH, w_best, seed=i))
+            for t in sat:
+                sat[t].append(saturate_feed(args.saturate, args.fmnist_sat, FMNIST_BATCH, 5,
+                                            fmnist_t, t))
+            for t in fixed:
+                copy[t].append(memcpy_rate(args.memcpy_bound, int(t)))
+        res["fmnist"] = {"torch_sweep": sweep, "torch_best_workers": w_best,
+                         "torch_runs": torch_runs, "saturate_runs": sat,
+                         "memcpy_bytes_per_s": copy, "transform": fmnist_t,
+                         "read_bytes_per_sample": FMNIST_READ_BYTES,
+                         "write_bytes_per_sample": FMNIST_WRITE_BYTES}
+
+        log("== B. photos, RandomResizedCrop 224 uint8, batch 64: fixed threads vs auto")
+        photos = {}
+        for epochs in (2, 8):
+            runs = {t: [] for t in fixed + ["auto"]}
+            for _ in range(repeats):
+                for t in runs:
+                    runs[t].append(saturate_feed(args.saturate, args.photos_sat, PHOTO_BATCH,
+                                                 epochs, photo_t, t))
+            photos[str(epochs)] = runs
+        res["photos"] = photos
+    res["load_average_1min"] = load.summary()
+
+    # ------------------------------------------------------------- report
+    def rate(runs):
+        return max(r["images_per_s"] for r in runs)
+
+    t_best = rate(torch_runs)
+    per_sample = FMNIST_READ_BYTES + FMNIST_WRITE_BYTES
+    print(f"\nA. Fashion-MNIST ({cores} cores; DataLoader best num_workers={w_best}: "
+          f"{t_best:,.0f} samples/s)")
+    print("| saturate threads | samples/s | x DataLoader | memcpy bound (samples/s) | of bound |")
+    print("|---|---:|---:|---:|---:|")
+    summary = {"torch_best_per_s": t_best}
+    for t, runs in sat.items():
+        r = rate(runs)
+        used = best(runs)["threads"]  # auto: where it settled
+        bound = 2 * max(copy[str(min(used, cores))]) / per_sample
+        summary[f"threads_{t}"] = {"per_s": r, "over_torch": r / t_best, "bound_per_s": bound,
+                                   "of_bound": r / bound, "threads_used": used}
+        print(f"| {t} ({used}) | {r:,.0f} | {r / t_best:.1f}x | {bound:,.0f} | {r / bound:.0%} |")
+    print("\nB. photos: auto over the best fixed thread count")
+    print("| epochs | " + " | ".join(f"threads {t}" for t in fixed) + " | auto | auto / best fixed |")
+    print("|---|" + "---:|" * (len(fixed) + 2))
+    for epochs, runs in photos.items():
+        rates = {t: rate(v) for t, v in runs.items()}
+        best_fixed = max(rates[t] for t in fixed)
+        summary[f"photos_{epochs}_epochs_auto_over_best_fixed"] = rates["auto"] / best_fixed
+        print(f"| {epochs} | " + " | ".join(f"{rates[t]:,.0f}" for t in fixed) +
+              f" | {rates['auto']:,.0f} | {rates['auto'] / best_fixed:.3f} |")
+    load_s = res["load_average_1min"]
+    print(f"\nload average (1 min) during the run: min {load_s['min']:.2f}, "
+          f"mean {load_s['mean']:.2f}, max {load_s['max']:.2f}")
+    res["summary"] = summary
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"all runs: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
