@@ -1,5 +1,6 @@
 #include "saturate/formats/source.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -55,6 +56,18 @@ bool IsTfName(const std::string& p) {
 
 bool IsImageExtension(const std::string& ext) {
   return ext == "jpg" || ext == "jpeg" || ext == "png";
+}
+
+// Each file stays open (mapped, with its descriptor for the pread fallback):
+// ImageNet's 1,024 TFRecord files pass a default soft limit of 1,024
+// descriptors, so raise the soft limit toward the hard one when needed.
+void RaiseFileLimit(size_t files) {
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  const rlim_t want = static_cast<rlim_t>(files) + 256;
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want) return;
+  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+  ::setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 int64_t MtimeNs(const std::string& path) {
@@ -226,6 +239,7 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
           spec.pattern + "' OUT");
     }
   }
+  RaiseFileLimit(spec.files.size());
   std::unique_ptr<Source> src(new Source());
   src->format_ = spec.format;
   src->options_ = spec.options;

@@ -66,6 +66,45 @@ TEST(Source, WebDatasetShardsAndIndexReuse) {
   EXPECT_EQ((*again)->Describe(5), dir.Join("shard-1.tar") + ": sample 's1_2'");
 }
 
+TEST(Source, IndexGoesToTheCacheDirWhenItCannotBeWrittenBeside) {
+  TempDir dir;
+  WriteFile(dir.Join("a.tar"), MakeTar({{"x.jpg", "IMG"}, {"x.cls", "1"}}));
+  // Tests run as root, which writes anywhere: a directory in the index's place
+  // stands in for a read-only folder (the rename onto it fails).
+  std::filesystem::create_directory(dir.Join("a.tar.satidx"));
+  auto src = Source::Open(dir.Join("a.tar"), Local(dir));
+  SATURATE_ASSERT_OK(src.status());
+  EXPECT_EQ((*src)->indexes_built(), 1u);
+  size_t cached = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.Join("cache"))) {
+    cached += e.path().string().ends_with("-a.tar.satidx");
+  }
+  EXPECT_EQ(cached, 1u);
+  auto again = Source::Open(dir.Join("a.tar"), Local(dir));
+  SATURATE_ASSERT_OK(again.status());
+  EXPECT_EQ((*again)->indexes_built(), 0u);
+}
+
+TEST(Source, StaleIndexIsRebuilt) {
+  TempDir dir;
+  WriteFile(dir.Join("a.tar"), MakeTar({{"x.jpg", "IMG"}, {"x.cls", "1"}}));
+  SATURATE_ASSERT_OK(Source::Open(dir.Join("a.tar"), Local(dir)).status());
+  WriteFile(dir.Join("a.tar"),
+            MakeTar({{"x.jpg", "IMG"}, {"x.cls", "1"}, {"y.jpg", "IMG2"}, {"y.cls", "2"}}));
+  auto src = Source::Open(dir.Join("a.tar"), Local(dir));
+  SATURATE_ASSERT_OK(src.status());
+  EXPECT_EQ((*src)->indexes_built(), 1u);
+  EXPECT_EQ((*src)->size(), 2u);
+  // A damaged index is rebuilt too, never trusted.
+  std::string idx = ::saturate::testing::ReadFileOrFail(dir.Join("a.tar.satidx"));
+  idx[idx.size() / 2] ^= 1;
+  WriteFile(dir.Join("a.tar.satidx"), idx);
+  auto again = Source::Open(dir.Join("a.tar"), Local(dir));
+  SATURATE_ASSERT_OK(again.status());
+  EXPECT_EQ((*again)->indexes_built(), 1u);
+  EXPECT_EQ((*again)->size(), 2u);
+}
+
 TEST(Source, WebDatasetBadSamples) {
   TempDir dir;
   WriteFile(dir.Join("bad.tar"), MakeTar({{"a.jpg", "IMG"},

@@ -22,8 +22,10 @@
 // field per other feature: bytes, int64/float32 when every probed record has
 // one value, else int64[]/float32[].
 //
-// Uncompressed files are memory-mapped; gzip'd ones can only be packed
-// (Open() says so). Errors name the file, the member or record, and the field.
+// Uncompressed files are memory-mapped and stay open (Open() raises the
+// soft limit on open files toward the hard one when there are many); gzip'd
+// ones can only be packed (Open() says so). Errors name the file, the member or record, and the
+// field.
 //
 // Ownership: a Sample's views point into the Source's mappings or into the
 // Sample's own storage; they stay valid while both live.
