@@ -115,13 +115,13 @@ Result<std::pair<std::string, std::string>> ParseLabelFlag(std::string_view flag
 }
 
 Labels MergeLabels(Labels labels, const Labels& extra) {
-  for (const auto& [key, value] : extra) {
+  for (const auto& pair : extra) {
     auto it = std::find_if(labels.begin(), labels.end(),
-                           [&](const auto& label) { return label.first == key; });
+                           [&](const auto& label) { return label.first == pair.first; });
     if (it != labels.end()) {
-      it->second = value;
+      it->second = pair.second;
     } else {
-      labels.emplace_back(key, value);
+      labels.push_back(pair);
     }
   }
   return labels;
