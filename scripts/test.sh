@@ -3,9 +3,10 @@
 #   1. installs missing dependencies (Debian packages; PyPI for the Python venv),
 #   2. builds with warnings as errors (CUDA code and the Python module too)
 #      and runs every unit and end-to-end test,
-#   2b. installs the Python package with `pip install .` into .venv (built in build/ci, the
-#       same build as step 2), makes .venv-torch2
-#       (PyPI torch >= 2, for torchrun; scripts/torch2-env.sh) and runs pytest,
+#   2b. builds the Python package as a wheel in build/ci (the same build as step 2), repairs
+#       it with auditwheel (manylinux: the libraries it links inside) and installs that wheel
+#       into .venv (Debian's torch 1.13) and .venv-torch2 (PyPI's torch 2, Lightning,
+#       Accelerate; no system site packages; scripts/torch2-env.sh), and runs pytest in both,
 #   3. rebuilds with ASan+UBSan and runs every test again,
 #   4. rebuilds the threaded parts with TSan and runs their tests,
 #   5. builds the libFuzzer targets with clang and runs each for a bounded time,
@@ -18,10 +19,13 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 step "dependencies"
 scripts/install-deps.sh
 
-step "Python environment and package (pip install . into .venv, built in build/ci)"
-# The package is built in build/ci with the test build's settings, so the next step only
+step "Python environment and package (a repaired wheel, built in build/ci, into .venv)"
+# The wheel is built in build/ci with the test build's settings, so the next step only
 # re-checks it: one build of the C++ code for the package and the tests, not two.
+# auditwheel repairs it into build/ci/wheelhouse; .venv and .venv-torch2 get that file.
 SATURATE_PIP_BUILD_DIR=build/ci scripts/python-env.sh .venv
+SATURATE_WHEEL=$(echo "$PWD"/build/ci/wheelhouse/saturate-*.whl)
+export SATURATE_WHEEL  # python/tests/test_wheel.py checks it and what was installed from it
 
 step "build (warnings as errors) and test"
 cmake -S . -B build/ci -G Ninja -DSATURATE_WERROR=ON -DSATURATE_BUILD_BENCH=ON \
@@ -29,15 +33,41 @@ cmake -S . -B build/ci -G Ninja -DSATURATE_WERROR=ON -DSATURATE_BUILD_BENCH=ON \
 cmake --build build/ci -j "$JOBS"
 ctest --test-dir build/ci --output-on-failure -j "$JOBS"
 
-step "torch 2 environment for the torchrun tests (scripts/torch2-env.sh: .venv-torch2, once)"
-scripts/torch2-env.sh .venv-torch2
+step "torch 2 environment (scripts/torch2-env.sh: .venv-torch2 once; the repaired wheel each run)"
+scripts/torch2-env.sh .venv-torch2 "$SATURATE_WHEEL"
 export SATURATE_TORCH2_PYTHON="$PWD/.venv-torch2/bin/python"
 
-step "Python tests (pytest, against the installed package)"
+# Two PyTorch lines, both against the repaired wheel as installed (no build tree on the path):
+#  1. Debian's torch 1.13 (.venv): the whole suite. Its multi-rank tests (torchrun, Slurm,
+#     hang, ranks) already run their jobs under torch 2 (SATURATE_TORCH2_PYTHON), and the
+#     Lightning/Accelerate tests skip, saying so (those packages are not in .venv).
+#  2. PyPI's torch 2 (.venv-torch2, a fresh venv without system site packages): what depends
+#     on the torch version, in-process or in jobs run with this interpreter: the wheel
+#     checks, Lightning and Accelerate (2 CPU ranks under accelerate launch), the loader's
+#     tensors and transforms, checkpoints of torch state, and the auto-instrumentation's
+#     hooks (test_auto.py). Left out (-k), as run once in line 1 already: the torchrun jobs
+#     (torch 2 there too), doctor's analyses of what was recorded (test_doctor_*: the same C++
+#     whatever the torch; the hooks they read are tested here), and the kill -9 crash loop
+#     (the commit protocol, not torch). Torch-free tests (pack, watch, fleet, remote, trace,
+#     doctor scenarios, the diagnosis suite) run once. Line 2 takes ~2.5 min, line 1 ~9.
+# A failure in either line fails CI; both run before it does.
+TORCH2_TESTS=(test_wheel.py test_lightning.py test_accelerate.py test_loader.py
+              test_transforms.py test_device.py test_checkpoint.py test_checkpoint_dist.py
+              test_auto.py)
+TORCH2_SKIP="not torchrun and not test_doctor_ and not kill_9 and not save_at_2_ranks"
 # The fleet and deploy tests run exporters over the fake NVML (no GPU here).
 export SATURATE_FAKE_NVML="$PWD/build/ci/src/watch/libfake_nvml.so"
+python_failed=()
+step "Python tests, line 1: Debian's torch 1.13 (.venv, the whole suite)"
 # -rs: a real component that cannot start here (Slurm, a GPU) is skipped with its reason printed.
-.venv/bin/python -m pytest -q -rs
+.venv/bin/python -m pytest -q -rs || python_failed+=("torch 1.13 (.venv)")
+step "Python tests, line 2: PyPI's torch 2 (.venv-torch2, the torch-dependent tests)"
+.venv-torch2/bin/python -m pytest -q -rs -k "$TORCH2_SKIP" \
+  "${TORCH2_TESTS[@]/#/python/tests/}" || python_failed+=("torch 2 (.venv-torch2)")
+if ((${#python_failed[@]})); then
+  echo "pytest failed in: ${python_failed[*]}" >&2
+  exit 1
+fi
 
 step "ASan + UBSan build and test"
 cmake -S . -B build/asan -G Ninja -DSATURATE_WERROR=ON -DSATURATE_WITH_CUDA=OFF \

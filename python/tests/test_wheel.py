@@ -2,7 +2,8 @@
 a manylinux wheel that carries the C++ libraries it links (libjpeg-turbo, libpng, libcurl,
 libxxhash, ...) and none of CUDA, NVML or nvJPEG (dlopened, optional); the installed
 extension and command-line tool resolve every library inside the wheel except those
-manylinux lets a wheel take from the system; `saturate` on the venv's PATH runs.
+manylinux lets a wheel take from the system; `saturate` on the venv's PATH runs; and a new
+venv without system site packages gets all it needs from `pip install WHEEL` (numpy from PyPI).
 
 SATURATE_WHEEL names the wheel (scripts/python-env.sh builds and repairs it; scripts/test.sh
 installs it into .venv and .venv-torch2 and runs this file in both). Without it the tests
@@ -123,6 +124,35 @@ def test_installed_binaries_load_nothing_from_outside_the_wheel(installed):
         assert not outside, f"{binary} loads from outside the wheel: {outside}"
         assert any(os.path.realpath(p).startswith(libs_dir) for p in libs.values())
         assert not [n for n in libs if DLOPENED.search(n)], (binary, sorted(libs))
+
+
+def test_a_new_venv_gets_all_it_needs_from_the_wheel_and_its_dependencies(wheel, photos, tmp_path):
+    """A new venv without system site packages, `pip install WHEEL` (numpy comes from PyPI),
+    and nothing else: the command packs JPEGs and the module decodes them (the bundled
+    libjpeg-turbo), without torch."""
+    venv = tmp_path / "venv"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(venv)],
+                   check=True, timeout=120)
+    python, exe = str(venv / "bin" / "python"), str(venv / "bin" / "saturate")
+    done = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                           wheel], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    folder = os.path.join(os.path.dirname(photos), "folder")  # conftest's 36 JPEGs
+    out = str(tmp_path / "photos.sat")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SATURATE_CLI")}
+    done = subprocess.run([exe, "pack", "folder", folder, out], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    code = ("import sys, saturate\n"
+            "assert 'torch' not in sys.modules\n"
+            "loader = saturate.Loader(sys.argv[1], 6, framework='numpy', threads=1,\n"
+            "    transforms={'image': [saturate.transforms.RandomResizedCrop(32)]})\n"
+            "shapes = {b['image'].shape for b in loader}\n"
+            "print(saturate.__file__, sorted(shapes))\n")
+    done = subprocess.run([python, "-c", code, out], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith(str(venv)) and "(6, 3, 32, 32)" in done.stdout, done.stdout
 
 
 def test_console_script_and_module_run(installed, photos):
