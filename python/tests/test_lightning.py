@@ -1,7 +1,8 @@
 """saturate.lightning with the real PyTorch Lightning (PyPI `lightning`, on CPU): the
 DataModule feeds every sample once per epoch, evaluation passes are whole, a limited
 epoch does not run into the next, a run resumed mid-epoch continues with the batch after
-the checkpoint's, and the callback's spans and step marks match the optimizer updates.
+the checkpoint's, the callback's spans and step marks match the optimizer updates, and under
+DDP (2 CPU ranks, torchrun) each rank trains on its own shard.
 
 Runs in the torch 2 line of CI (scripts/torch2-env.sh installs lightning into
 .venv-torch2); elsewhere it skips, saying why.
@@ -10,6 +11,7 @@ Runs in the torch 2 line of CI (scripts/torch2-env.sh installs lightning into
 import glob
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -25,7 +27,7 @@ import saturate  # noqa: E402
 from saturate import transforms as T  # noqa: E402
 from saturate.lightning import SaturateCallback, SaturateDataModule  # noqa: E402
 
-from conftest import DIGITS  # noqa: E402
+from conftest import DIGITS, HERE, torchrun_env, torchrun_job  # noqa: E402
 
 BATCH = 10
 BATCHES = -(-DIGITS // BATCH)  # 11 per epoch, the last one short
@@ -171,3 +173,29 @@ def test_callback_records_phases_and_one_step_per_update(digits, tmp_path):
     assert meta["pid"] == os.getpid() and meta["exit_code"] == 0
     with open(run / "samples.jsonl") as f:
         assert len(f.readlines()) == meta["samples"] > 0
+
+
+def test_ddp_ranks_each_read_their_own_shard(digits, tmp_path):
+    """Lightning's DDP over 2 CPU processes (torchrun, Gloo on 127.0.0.1): each rank's loader,
+    made when Lightning asks for it, takes its rank from torch.distributed and trains on
+    its shard, as saturate splits it without Lightning; the replicas stay equal."""
+    out = tmp_path / "out"
+    out.mkdir()
+    done = subprocess.run(torchrun_job(2, os.path.join(HERE, "lightning_worker.py"), digits,
+                                       str(out)),
+                          env=torchrun_env(tmp_path), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    ranks = []
+    for rank in range(2):
+        with open(out / f"rank{rank}.json") as f:
+            ranks.append(json.load(f))
+    per_rank = -(-DIGITS // 2)
+    batches = -(-per_rank // 8)
+    for rank, r in enumerate(ranks):
+        assert (r["global_rank"], r["world_size"]) == (rank, 2)
+        assert r["loader"] == [rank, 2, batches]
+        shard = saturate.Loader(digits, 8, seed=3, rank=rank, world_size=2, threads=1)
+        expected = [b["label"].tolist() for b in shard] + [b["label"].tolist() for b in shard]
+        assert r["labels"] == expected, rank
+        assert r["steps"] == 2 * batches
+    assert ranks[0]["weight_sum"] == ranks[1]["weight_sum"]
