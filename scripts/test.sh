@@ -49,7 +49,8 @@ export SATURATE_TORCH2_PYTHON="$PWD/.venv-torch2/bin/python"
 #     (torch 2 there too), doctor's analyses of what was recorded (test_doctor_*: the same C++
 #     whatever the torch; the hooks they read are tested here), and the kill -9 crash loop
 #     (the commit protocol, not torch). Torch-free tests (pack, watch, fleet, remote, trace,
-#     doctor scenarios, the diagnosis suite) run once. Line 2 takes ~2.5 min, line 1 ~9.
+#     doctor scenarios, the diagnosis suite) run once. Line 2 takes ~3 min (its jobs import
+#     PyPI's CUDA build of torch 2, ~3 s each), line 1 ~9.
 # A failure in either line fails CI; both run before it does.
 TORCH2_TESTS=(test_wheel.py test_lightning.py test_accelerate.py test_loader.py
               test_transforms.py test_device.py test_checkpoint.py test_checkpoint_dist.py
