@@ -220,6 +220,12 @@ struct Features {
   std::optional<double> loader_read_ns_per_sample;  // read alone
   std::optional<double> loader_busy_cores;          // loader CPU time / its elapsed time
   std::optional<double> samples_per_s;              // consumed by training
+  // A remote dataset (s3://, http(s)://), from the loader's request counters.
+  std::optional<double> remote_mb_per_s;              // fetched, over the loader's lifetime
+  std::optional<double> remote_request_ms;            // mean time of one request
+  std::optional<double> remote_cache_hit_pct;         // of the cache's block reads, when cached
+  std::optional<int64_t> remote_concurrent_requests;  // the limit in force
+  std::optional<int64_t> remote_retries;
 
   // Host extras.
   std::optional<double> disk_read_peak_mb_per_s;

@@ -746,6 +746,26 @@ void TorchLoaderFeatures(const Run& run, const Training& t, Features* f) {
   }
 }
 
+// A remote dataset's request counters ("loader_remote" record): rate,
+// latency, cache hits, the concurrency limit.
+template <typename Get>
+void RemoteFeatures(const Get& get, int64_t elapsed_ns, Features* f) {
+  const std::optional<int64_t> requests = get("remote_requests");
+  if (!requests) return;
+  f->remote_concurrent_requests = get("remote_concurrent_requests");
+  f->remote_retries = get("remote_retries");
+  if (elapsed_ns > 0) {
+    f->remote_mb_per_s =
+        double(get("remote_bytes_fetched").value_or(0)) / 1e6 / Seconds(elapsed_ns);
+  }
+  if (*requests > 0) {
+    f->remote_request_ms = double(get("remote_request_ns").value_or(0)) / 1e6 / double(*requests);
+  }
+  const int64_t hits = get("remote_cache_hits").value_or(0);
+  const int64_t misses = get("remote_cache_misses").value_or(0);
+  if (hits + misses > 0) f->remote_cache_hit_pct = 100.0 * double(hits) / double(hits + misses);
+}
+
 // The training process's loader, else the busiest one.
 void LoaderFeatures(const Run& run, const Training& t, Features* f) {
   const LoaderCounters* loader = nullptr;
@@ -786,6 +806,7 @@ void LoaderFeatures(const Run& run, const Training& t, Features* f) {
     f->loader_busy_cores = double(cpu) / double(elapsed_ns);
     f->samples_per_s = double(samples) / Seconds(elapsed_ns);
   }
+  RemoteFeatures(get, elapsed_ns, f);
 }
 
 // Per-site totals of auto spans named `name` on the training thread, largest first.

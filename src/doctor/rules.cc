@@ -483,6 +483,40 @@ std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOption
   return x;
 }
 
+// The dataset is read from object storage or HTTP: the loader's requests,
+// not a disk, are the storage. Fewer waits come from more requests in
+// flight (read-ahead) and, from the second epoch on, a local block cache.
+Finding RemoteIoFix(const Features& f, const DataWait& w, Finding& x) {
+  x.title = Fmt("Training waits for data %.0f%% of the time on reads from remote storage", w.pct);
+  Add(x, "remote_request_ms", *f.remote_request_ms, "ms", "mean time of one range request");
+  if (f.remote_mb_per_s) Add(x, "remote_mb_per_s", *f.remote_mb_per_s, "MB/s", "fetched");
+  if (f.remote_cache_hit_pct) {
+    Add(x, "remote_cache_hit_pct", *f.remote_cache_hit_pct, "%", "cache blocks read locally");
+  }
+  if (f.remote_retries && *f.remote_retries > 0) {
+    Add(x, "remote_retries", double(*f.remote_retries), "", "requests retried");
+  }
+  std::string fix = Fmt("Requests take %.0f ms each", *f.remote_request_ms);
+  if (f.remote_mb_per_s) fix += Fmt(" and deliver %.1f MB/s", *f.remote_mb_per_s);
+  if (f.remote_concurrent_requests) {
+    const double more = 2.0 * double(*f.remote_concurrent_requests);
+    fix +=
+        Fmt(" with %lld in flight: raise saturate.Loader's remote_requests to %.0f so more "
+            "reads overlap",
+            (long long)*f.remote_concurrent_requests, more);
+    x.fix_value = {{"remote_requests", more}};
+  }
+  fix += f.remote_cache_hit_pct
+             ? Fmt(". The cache served %.0f%% of blocks; give it room for the whole dataset "
+                   "(cache_bytes) so later epochs read locally",
+                   *f.remote_cache_hit_pct)
+             : ". Set cache_dir (or SATURATE_CACHE_DIR) to a local disk so later epochs read "
+               "the blocks locally";
+  x.fix = fix + ".";
+  PredictNoWait(f, x, w, "with reads that keep up");
+  return x;
+}
+
 std::optional<Finding> IoBoundRule(const Features& f, const AnalysisOptions&) {
   std::optional<DataWait> w = FindDataWait(f);
   if (!w || ClassifyDataWait(f) != DataCause::kIo) return std::nullopt;
@@ -498,6 +532,7 @@ std::optional<Finding> IoBoundRule(const Features& f, const AnalysisOptions&) {
     Add(x, "read_share_pct", 100.0 * *f.loader_read_ns_per_sample / *f.loader_cpu_ns_per_sample,
         "%", "share of the loader's per-sample time spent reading");
   }
+  if (f.remote_request_ms) return RemoteIoFix(f, *w, x);
   std::string fix;
   if (f.disk_read_mb_per_s && *f.disk_read_mb_per_s > 0) {
     Add(x, "disk_read_mb_per_s", *f.disk_read_mb_per_s, "MB/s", "mean disk read rate");

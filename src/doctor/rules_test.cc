@@ -178,6 +178,47 @@ TEST(RulesTest, IoBoundWhenReadsDominateAndTheCpusIdle) {
   EXPECT_EQ(Find(a.findings, "input_pipeline"), nullptr);
 }
 
+// The same waits on a remote dataset: the requests are the storage.
+TEST(RulesTest, IoBoundOnARemoteDatasetNamesTheRequestsAndTheCache) {
+  auto stats = LoaderStats(40, 256, 4, 2, /*read_ms=*/8, /*decode_ms=*/1);
+  stats["remote_requests"] = 400;
+  stats["remote_bytes_fetched"] = 200'000'000;
+  stats["remote_request_ns"] = 400 * 120'000'000LL;  // 120 ms each
+  stats["remote_concurrent_requests"] = 8;
+  stats["remote_cache_hits"] = 0;
+  stats["remote_cache_misses"] = 0;
+  RunBuilder b;
+  b.Gpus(1)
+      .Steps(40, {{"data_wait", 0.312, SpanKind::kLoader}, {"forward", 0.2}})
+      .Loader(stats)
+      .Samples([](double, SamplePoint& s) {
+        s.cpu_busy_pct = 15;
+        s.tree_cpu_pct = 150;
+      });
+  Analysis a = Analyze(b.Build());
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& top = a.findings[0];
+  EXPECT_EQ(top.cause, "io_bound") << Describe(a.findings);
+  EXPECT_NE(top.title.find("remote storage"), std::string::npos) << top.title;
+  EXPECT_EQ(FixValue(top, "remote_requests"), 16);
+  EXPECT_NE(top.fix.find("Requests take 120 ms each"), std::string::npos) << top.fix;
+  EXPECT_NE(top.fix.find("with 8 in flight"), std::string::npos) << top.fix;
+  EXPECT_NE(top.fix.find("Set cache_dir"), std::string::npos) << top.fix;  // none yet
+  EXPECT_TRUE(top.prediction.has_value());
+  bool latency = false;
+  for (const Evidence& e : top.evidence) latency |= e.key == "remote_request_ms";
+  EXPECT_TRUE(latency);
+
+  // With a cache that served most blocks, the advice is about its size.
+  stats["remote_cache_hits"] = 90;
+  stats["remote_cache_misses"] = 10;
+  b.Loader(stats);
+  Analysis cached = Analyze(b.Build());
+  ASSERT_FALSE(cached.findings.empty());
+  EXPECT_NE(cached.findings[0].fix.find("The cache served 90% of blocks"), std::string::npos)
+      << cached.findings[0].fix;
+}
+
 // No spans at all: nvidia-smi's 0 -> 99 -> 0 is the evidence.
 RunBuilder UninstrumentedSawTooth(double cpu_busy_pct, double iowait_pct, double tree_pct) {
   RunBuilder b;

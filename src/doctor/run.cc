@@ -235,7 +235,13 @@ void AddSpanEvent(const trace::SpanFileEvent& e, bool auto_source, int64_t start
         AddAutoCounters(e, t_ns, l);
       } else if (e.name == "loader") {
         LoaderCounters& c = l->loaders[pid];
-        if (t_ns >= c.t_ns) c = {pid, t_ns, IntArgs(e.args)};
+        if (t_ns >= c.t_ns) {
+          c.pid = pid;
+          c.t_ns = t_ns;
+          for (auto& [key, value] : IntArgs(e.args)) c.values[key] = value;
+        }
+      } else if (e.name == "loader_remote") {  // written right after its "loader" record
+        for (auto& [key, value] : IntArgs(e.args)) l->loaders[pid].values[key] = value;
       } else if (!e.name.empty()) {
         run->counters[e.name] = IntArgs(e.args);
       }

@@ -47,6 +47,7 @@ constexpr char kSpans[] =
 {"ph":"step","step":1,"ts_ns":1400000000,"pid":7,"tid":8}
 {"ph":"C","name":"loader","ts_ns":1500000000,"pid":7,"tid":9,"args":{"batch_size":32,"samples":64}}
 {"ph":"C","name":"loader","ts_ns":1600000000,"pid":7,"tid":9,"args":{"batch_size":32,"samples":96}}
+{"ph":"C","name":"loader_remote","ts_ns":1600000000,"pid":7,"tid":9,"args":{"remote_requests":5}}
 {"ph":"C","name":"model","ts_ns":1600000000,"pid":7,"tid":8,"args":{"precision_bits":16}}
 {"ph":"X","name":"save","cat":"checkpoint","ts_ns":1700000000,"dur_ns":10,"pid":7,"tid":8}
 {"ph":"future","ts_ns":1}
@@ -97,7 +98,8 @@ TEST(LoadRunTest, ReadsMetaSamplesAndSpans) {
   EXPECT_EQ(run.step_marks_ns.at(7), std::vector<int64_t>{400'000'000});
   ASSERT_EQ(run.loaders.size(), 1u);
   EXPECT_EQ(run.loaders[0].pid, 7);
-  EXPECT_EQ(run.loaders[0].values.at("samples"), 96);  // the last record
+  EXPECT_EQ(run.loaders[0].values.at("samples"), 96);         // the last record
+  EXPECT_EQ(run.loaders[0].values.at("remote_requests"), 5);  // merged into it
   EXPECT_EQ(run.counters.at("model").at("precision_bits"), 16);
   EXPECT_TRUE(run.warnings.empty());
 }

@@ -357,6 +357,21 @@ class Loader::Impl {
                                      {"transform_ns", i(s.transform_ns)},
                                      {"wait_ns", i(s.wait_ns)},
                                      {"batches_delivered", i(s.batches_delivered)}});
+    if (!dataset_->remote()) return;
+    // A second record (a record holds 16 values): what doctor's io_bound
+    // finding says of a remote dataset (docs/remote.md).
+    const remote::RemoteStats& r = s.remote;
+    const int limit = options_.remote.requests > 0 ? options_.remote.requests
+                                                   : remote::kDefaultConcurrentRequests;
+    trace::RecordCounters("loader_remote", {{"loader_id", trace_id_},
+                                            {"remote_requests", i(r.requests)},
+                                            {"remote_bytes_fetched", i(r.bytes_fetched)},
+                                            {"remote_request_ns", i(r.request_ns)},
+                                            {"remote_retries", i(r.retries)},
+                                            {"remote_errors", i(r.errors)},
+                                            {"remote_cache_hits", i(r.cache_hits)},
+                                            {"remote_cache_misses", i(r.cache_misses)},
+                                            {"remote_concurrent_requests", limit}});
   }
 
   // A worker's work on one batch, recorded as one "load_batch" span when the

@@ -58,7 +58,7 @@ RemoteOptions ResolveRemoteOptions(RemoteOptions o) {
     }
   }
   if (o.readahead_bytes == 0) o.readahead_bytes = uint64_t{64} << 20;
-  if (o.requests <= 0) o.requests = 8;
+  if (o.requests <= 0) o.requests = kDefaultConcurrentRequests;
   if (o.block_bytes == 0) o.block_bytes = uint64_t{1} << 20;
   if (o.max_request_bytes < o.block_bytes) o.max_request_bytes = o.block_bytes;
   return o;

@@ -37,12 +37,14 @@
 
 namespace saturate::remote {
 
+inline constexpr int kDefaultConcurrentRequests = 8;
+
 struct RemoteOptions {
   std::string endpoint;          // S3 endpoint; empty: AWS_ENDPOINT_URL or AWS
   std::string cache_dir;         // empty: $SATURATE_CACHE_DIR, else no cache
   uint64_t cache_bytes = 0;      // 0: $SATURATE_CACHE_BYTES, else half the free space (<= 64 GiB)
   uint64_t readahead_bytes = 0;  // 0: 64 MiB
-  int requests = 0;              // concurrent requests; 0: 8
+  int requests = 0;              // concurrent requests; 0: kDefaultConcurrentRequests
   uint64_t block_bytes = uint64_t{1} << 20;        // cache block size
   uint64_t max_request_bytes = uint64_t{8} << 20;  // coalescing stops here
   RetryOptions retry;
