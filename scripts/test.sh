@@ -43,18 +43,18 @@ export SATURATE_TORCH2_PYTHON="$PWD/.venv-torch2/bin/python"
 #     Lightning/Accelerate tests skip, saying so (those packages are not in .venv).
 #  2. PyPI's torch 2 (.venv-torch2, a fresh venv without system site packages): what depends
 #     on the torch version, in-process or in jobs run with this interpreter: the wheel
-#     checks, Lightning and Accelerate (2 CPU ranks under accelerate launch), the loader's
-#     tensors and transforms, checkpoints of torch state, and the auto-instrumentation's
-#     hooks (test_auto.py). Left out (-k), as run once in line 1 already: the torchrun jobs
+#     checks, Lightning (also DDP) and Accelerate (2 CPU ranks under accelerate launch), the
+#     examples, the loader's tensors and transforms, checkpoints of torch state, and the
+#     auto-instrumentation's hooks (test_auto.py). Left out (-k), as run once in line 1 already: the torchrun jobs
 #     (torch 2 there too), doctor's analyses of what was recorded (test_doctor_*: the same C++
 #     whatever the torch; the hooks they read are tested here), and the kill -9 crash loop
 #     (the commit protocol, not torch). Torch-free tests (pack, watch, fleet, remote, trace,
-#     doctor scenarios, the diagnosis suite) run once. Line 2 takes ~3 min (its jobs import
+#     doctor scenarios, the diagnosis suite) run once. Line 2 takes ~3.5 min (its jobs import
 #     PyPI's CUDA build of torch 2, ~3 s each), line 1 ~9.
 # A failure in either line fails CI; both run before it does.
-TORCH2_TESTS=(test_wheel.py test_lightning.py test_accelerate.py test_loader.py
-              test_transforms.py test_device.py test_checkpoint.py test_checkpoint_dist.py
-              test_auto.py)
+TORCH2_TESTS=(test_wheel.py test_lightning.py test_accelerate.py test_examples.py
+              test_loader.py test_transforms.py test_device.py test_checkpoint.py
+              test_checkpoint_dist.py test_auto.py)
 TORCH2_SKIP="not torchrun and not test_doctor_ and not kill_9 and not save_at_2_ranks"
 # The fleet and deploy tests run exporters over the fake NVML (no GPU here).
 export SATURATE_FAKE_NVML="$PWD/build/ci/src/watch/libfake_nvml.so"
