@@ -157,18 +157,24 @@ TEST(RulesTest, InputPipelineSaysWhenTheMachineCannotKeepUp) {
   EXPECT_EQ(top.fix.find("prefetch >= 2"), std::string::npos) << top.fix;
 }
 
-TEST(RulesTest, IoBoundWhenReadsDominateAndTheCpusIdle) {
+// 40 steps waiting 312 ms for data and computing 200 ms, with the CPUs
+// idle; the loader's 4 threads all busy, but in read(): waiting, not computing.
+RunBuilder ReadBoundRun(std::map<std::string, int64_t> loader, double disk_bytes_per_s) {
   RunBuilder b;
   b.Gpus(1)
       .Steps(40, {{"data_wait", 0.312, SpanKind::kLoader}, {"forward", 0.2}})
-      // 4 threads, all busy, but in read(): waiting, not computing.
-      .Loader(LoaderStats(40, 256, 4, 2, /*read_ms=*/8, /*decode_ms=*/1))
-      .Samples([](double, SamplePoint& s) {
+      .Loader(std::move(loader))
+      .Samples([=](double, SamplePoint& s) {
         s.cpu_busy_pct = 15;
         s.tree_cpu_pct = 150;
-        s.disk_read_bytes_per_s = 50e6;
+        s.disk_read_bytes_per_s = disk_bytes_per_s;
       });
-  Analysis a = Analyze(b.Build());
+  return b;
+}
+
+TEST(RulesTest, IoBoundWhenReadsDominateAndTheCpusIdle) {
+  Analysis a = Analyze(
+      ReadBoundRun(LoaderStats(40, 256, 4, 2, /*read_ms=*/8, /*decode_ms=*/1), 50e6).Build());
   ASSERT_FALSE(a.findings.empty());
   const Finding& top = a.findings[0];
   EXPECT_EQ(top.cause, "io_bound") << Describe(a.findings);
@@ -187,14 +193,7 @@ TEST(RulesTest, IoBoundOnARemoteDatasetNamesTheRequestsAndTheCache) {
   stats["remote_concurrent_requests"] = 8;
   stats["remote_cache_hits"] = 0;
   stats["remote_cache_misses"] = 0;
-  RunBuilder b;
-  b.Gpus(1)
-      .Steps(40, {{"data_wait", 0.312, SpanKind::kLoader}, {"forward", 0.2}})
-      .Loader(stats)
-      .Samples([](double, SamplePoint& s) {
-        s.cpu_busy_pct = 15;
-        s.tree_cpu_pct = 150;
-      });
+  RunBuilder b = ReadBoundRun(stats, 0);
   Analysis a = Analyze(b.Build());
   ASSERT_FALSE(a.findings.empty());
   const Finding& top = a.findings[0];

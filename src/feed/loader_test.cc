@@ -47,25 +47,26 @@ Status WriteArrayDataset(const std::string& dir, uint64_t n) {
   return w->Finish();
 }
 
-LoaderOptions ArrayOptions(const std::string& dir) {
+// One rank of one; threads 0: auto.
+LoaderOptions Options(const std::string& dir, uint64_t batch_size, uint64_t seed, int threads) {
   LoaderOptions o;
   o.dataset = dir;
-  o.batch_size = 8;
-  o.seed = 7;
+  o.batch_size = batch_size;
+  o.seed = seed;
+  o.threads = threads;
   o.rank = 0;
   o.world_size = 1;
+  return o;
+}
+
+LoaderOptions ArrayOptions(const std::string& dir) {
+  LoaderOptions o = Options(dir, 8, 7, 0);
   o.fields = {FieldOptions{.field = "tokens", .var_array = {.max_length = 8}}};
   return o;
 }
 
 LoaderOptions ImageOptions(const std::string& dir, int threads) {
-  LoaderOptions o;
-  o.dataset = dir;
-  o.batch_size = 5;
-  o.seed = 3;
-  o.threads = threads;
-  o.rank = 0;
-  o.world_size = 1;
+  LoaderOptions o = Options(dir, 5, 3, threads);
   FieldOptions image{.field = "image"};
   image.image.height = image.image.width = 32;
   o.fields = {image};
@@ -351,13 +352,7 @@ Status WriteFixedDataset(const std::string& dir, uint64_t n) {
 }
 
 LoaderOptions FixedOptions(const std::string& dir, int threads) {
-  LoaderOptions o;
-  o.dataset = dir;
-  o.batch_size = 16;
-  o.seed = 5;
-  o.threads = threads;
-  o.rank = 0;
-  o.world_size = 1;
+  LoaderOptions o = Options(dir, 16, 5, threads);
   o.fields = {FieldOptions{
       .field = "pixels",
       .array = {.to_float = true, .scale = 1.0f / 255, .mean = 0.286f, .std = 0.353f}}};
