@@ -41,16 +41,18 @@ export SATURATE_TORCH2_PYTHON="$PWD/.venv-torch2/bin/python"
 #  1. Debian's torch 1.13 (.venv): the whole suite. Its multi-rank tests (torchrun, Slurm,
 #     hang, ranks) already run their jobs under torch 2 (SATURATE_TORCH2_PYTHON), and the
 #     Lightning/Accelerate tests skip, saying so (those packages are not in .venv).
-#  2. PyPI's torch 2 (.venv-torch2, a fresh venv without system site packages): what depends
-#     on the torch version, in-process or in jobs run with this interpreter: the wheel
-#     checks, Lightning (also DDP) and Accelerate (2 CPU ranks under accelerate launch), the
-#     examples, the loader's tensors and transforms, checkpoints of torch state, and the
-#     auto-instrumentation's hooks (test_auto.py). Left out (-k), as run once in line 1 already: the torchrun jobs
-#     (torch 2 there too), doctor's analyses of what was recorded (test_doctor_*: the same C++
-#     whatever the torch; the hooks they read are tested here), and the kill -9 crash loop
-#     (the commit protocol, not torch). Torch-free tests (pack, watch, fleet, remote, trace,
-#     doctor scenarios, the diagnosis suite) run once. Line 2 takes ~3.5 min (its jobs import
-#     PyPI's CUDA build of torch 2, ~3 s each), line 1 ~9.
+#  2. PyPI's torch 2 (.venv-torch2: no system site packages; made once, the wheel reinstalled
+#     every run; test_wheel.py also installs the wheel into a brand-new venv): what depends on
+#     the torch version, in-process or in jobs run with this interpreter: the wheel checks,
+#     Lightning (also DDP) and Accelerate (2 CPU ranks under accelerate launch), the examples,
+#     the loader's tensors and transforms, checkpoints of torch state, and the
+#     auto-instrumentation's hooks (test_auto.py). Left out (-k), as run once in line 1
+#     already: the torchrun jobs (torch 2 there too), doctor's analyses of what was recorded
+#     (test_doctor_*: the same C++ whatever the torch; the hooks they read are tested here),
+#     and the kill -9 crash loop (the commit protocol, not torch). Torch-free tests (pack,
+#     watch, fleet, remote, trace, formats, doctor scenarios, the diagnosis suite) run once.
+#     Line 2 takes ~3-4 min (its jobs import PyPI's CUDA build of torch 2, ~3 s each), line 1
+#     ~9.
 # A failure in either line fails CI; both run before it does.
 TORCH2_TESTS=(test_wheel.py test_lightning.py test_accelerate.py test_examples.py
               test_loader.py test_transforms.py test_device.py test_checkpoint.py
