@@ -78,6 +78,8 @@ class PackRun {
   }
 
   PackSummary& summary() { return summary_; }
+  // Inputs whose count is learnt on the way (gzip'd files, one at a time).
+  void set_items_total(uint64_t total) { items_total_ = total; }
 
  private:
   PackRun(std::unique_ptr<Staging> staging, std::unique_ptr<DatasetWriter> writer,
@@ -452,6 +454,7 @@ Result<PackSummary> PackSource(const std::vector<std::string>& patterns,
   std::unique_ptr<PackRun> run;
   Schema schema;
   size_t image_field = 0;
+  uint64_t known = 0;
   const int threads = ThreadCount(options.threads);
   for (const std::vector<std::string>& group : groups) {
     formats::SourceSpec part = spec;
@@ -483,9 +486,10 @@ Result<PackSummary> PackSource(const std::vector<std::string>& patterns,
       wo.metadata["source"] =
           (spec.format == formats::SourceFormat::kWebDataset ? "webdataset:" : "tfrecord:") +
           pattern;
-      SATURATE_ASSIGN_OR_RETURN(
-          run, PackRun::Begin(out, schema, wo, gzipped ? 0 : src->size(), options));
+      SATURATE_ASSIGN_OR_RETURN(run, PackRun::Begin(out, schema, wo, 0, options));
     }
+    known += src->size();  // the progress total: the samples of the files opened so far
+    run->set_items_total(known);
     auto load = [&](size_t i) {
       LoadedSample s;
       s.status = src->Read(i, &s.sample);
