@@ -562,22 +562,32 @@ TEST(AutotuneSimTest, BurstyConsumerRespectsRamCap) {
 
 // As the loader runs "auto": every core at the start, 50 ms windows while
 // starting up, then 200 ms. The settings are final by the sizing decision
-// (0.1 s into the run) and never change afterwards, for a consumer that
-// wants everything (bench feed), a slow one and one in between.
-TEST(AutotuneSimTest, StartsAtEveryCoreAndIsSizedWithinATenthOfASecond) {
+// (0.1 s into the run; 0.22 s for a 44 ms step) and never change
+// afterwards, for a consumer that wants everything (bench feed), a slow one
+// and one in between.
+TEST(AutotuneSimTest, StartsAtEveryCoreAndIsSizedWithinAThirdOfASecond) {
   struct Case {
     int cores;
+    double sample_cost_ns;  // per sample on one thread
+    uint64_t batch_size;
     double threads_worth;  // what the consumer asks for
     int want_min, want_max;
   };
-  const Case cases[] = {{2, 50.0, 2, 2}, {8, 0.5, 1, 1}, {8, 3.0, 4, 4}, {16, 6.0, 7, 8}};
+  // Costs as `saturate bench feed --threads 1` measured them on the 2-core VM:
+  // the photo set's RandomResizedCrop 224 (~340 us an image, batch 64) and
+  // Fashion-MNIST's float normalize (~0.5 us a sample, batch 256).
+  const Case cases[] = {
+      {2, 340e3, 64, 50.0, 2, 2},                             // bench feed: wants all
+      {2, 500, 256, 50.0, 2, 2},  {2, 340e3, 64, 0.5, 1, 1},  // a slow training step
+      {8, 100e3, 32, 0.5, 1, 1},  {8, 100e3, 32, 3.0, 4, 4}, {16, 100e3, 32, 6.0, 7, 8}};
   for (const Case& k : cases) {
     for (uint64_t seed = kFirstSeed; seed < kFirstSeed + 10; ++seed) {
       Pipeline p;
       p.rng_state = seed;
       p.cores = k.cores;
       p.training_cores = 0;
-      p.sample_cost_ns = 100e3;  // 3.2 ms per batch per thread
+      p.sample_cost_ns = k.sample_cost_ns;
+      p.batch_size = k.batch_size;
       p.NeedThreads(k.threads_worth);
       AutotuneLimits l = Limits(k.cores);
       l.reserved_cores = 0;
@@ -585,13 +595,15 @@ TEST(AutotuneSimTest, StartsAtEveryCoreAndIsSizedWithinATenthOfASecond) {
       Trace t;
       double elapsed_s = 0, settled_s = -1;
       for (int i = 0; i < 100; ++i) {
-        p.window_ns = static_cast<double>(c.min_window_ns());
+        // The loader closes a window at the first Next() after the minimum
+        // length that has seen 2 batches: a slow step stretches it.
+        p.window_ns = std::max(static_cast<double>(c.min_window_ns()), 2.5 * p.step_ns);
         t.samples.push_back(p.Window(c.threads(), c.prefetch()));
         t.decisions.push_back(c.Update(t.samples.back()));
         elapsed_s += p.window_ns * 1e-9;
         if (i == 1) settled_s = elapsed_s;
       }
-      EXPECT_LE(settled_s, 0.11);
+      EXPECT_LE(settled_s, 0.3) << "seed " << seed << "\n" << t.Dump();
       EXPECT_NE(t.decisions[1].reason.find("(sized)"), std::string::npos) << t.Dump();
       EXPECT_GE(t.decisions[1].threads, k.want_min) << "seed " << seed << "\n" << t.Dump();
       EXPECT_LE(t.decisions[1].threads, k.want_max) << "seed " << seed << "\n" << t.Dump();

@@ -428,7 +428,13 @@ class Loader::Impl {
   void AutotuneLocked() {
     const auto now = Clock::now();
     const uint64_t window_ns = Nanos(window_.start, now);
-    if (window_ns < tuner_->min_window_ns()) return;
+    // A window that has not seen 2 batches goes on (a slow step would
+    // otherwise never fill one).
+    if (window_ns < tuner_->min_window_ns() ||
+        batches_delivered_ - window_.stats.batches_delivered <
+            AutotuneController::kMinWindowBatches) {
+      return;
+    }
     AutotuneSample sample;
     sample.window_ns = window_ns;
     sample.batches_delivered = batches_delivered_ - window_.stats.batches_delivered;
