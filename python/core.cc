@@ -36,6 +36,7 @@
 #include "saturate/feed/device_loader.h"
 #include "saturate/feed/loader.h"
 #include "saturate/format/verify.h"
+#include "saturate/formats/source.h"
 #include "saturate/pack/pack.h"
 #include "saturate/trace/trace.h"
 #include "saturate/watch/watcher.h"
@@ -555,6 +556,22 @@ NB_MODULE(_core, m) {
       },
       "table"_a, "path_column"_a, "label_column"_a, "out"_a, "shard_bytes"_a, "threads"_a,
       "force"_a, "skip_bad"_a, "reencode_max_side"_a, "reencode_quality"_a, "keep_jpeg_bytes"_a);
+  m.def(
+      "pack_source",
+      [](const std::vector<std::string>& sources, const std::string& image_key,
+         const std::string& label_key, const std::string& out, uint64_t shard_bytes, int threads,
+         bool force, bool skip_bad, int reencode_max_side, int reencode_quality,
+         bool keep_jpeg_bytes) {
+        pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, skip_bad,
+                                              reencode_max_side, reencode_quality, keep_jpeg_bytes);
+        formats::SourceOptions so;
+        so.image_key = image_key;
+        so.label_key = label_key;
+        return RunPack([&] { return pack::PackSource(sources, so, out, o); });
+      },
+      "sources"_a, "image_key"_a, "label_key"_a, "out"_a, "shard_bytes"_a, "threads"_a, "force"_a,
+      "skip_bad"_a, "reencode_max_side"_a, "reencode_quality"_a, "keep_jpeg_bytes"_a);
+  m.def("is_source_pattern", &formats::IsSourcePattern, "path"_a);
   m.def(
       "pack_idx",
       [](const std::string& images, const std::string& labels,

@@ -41,6 +41,8 @@ def pack(
     reencode_max_side: int = 0,
     reencode_quality: int = 90,
     keep_jpeg_bytes: bool = False,
+    image_key: str = "image/encoded",
+    label_key: str = "image/class/label",
 ) -> Dict[str, Any]:
     """Packs a dataset into ``out`` and returns a summary dict (records, bytes, shards, ...).
 
@@ -48,7 +50,10 @@ def pack(
       - a directory in torchvision ImageFolder layout (``ROOT/<class>/<image>``);
       - a ``.csv`` / ``.jsonl`` / ``.ndjson`` table with one row per image (``path_column``,
         ``label_column``; other columns become fields);
-      - an MNIST-style IDX images file, with ``labels=`` the IDX labels file.
+      - an MNIST-style IDX images file, with ``labels=`` the IDX labels file;
+      - WebDataset tar shards or TFRecord files of tf.Example, by pattern
+        (``"laion-{000..009}.tar"``, ``"train-*.tfrecord"``, ``.gz`` too; a list of them), with
+        ``image_key`` / ``label_key`` naming the TFRecord features (docs/formats.md).
 
     JPEGs are stored losslessly rewritten with a restart marker per MCU (the same
     pixels, 4–8% more bytes), so that the loader entropy-decodes only the MCUs
@@ -59,6 +64,15 @@ def pack(
     The output appears at ``out`` only when complete; ``force`` replaces an existing
     dataset (never a directory that is not one).
     """
+    if isinstance(source, (list, tuple)) or _core.is_source_pattern(os.fspath(source)):
+        many = source if isinstance(source, (list, tuple)) else [source]
+        sources = [os.fspath(s) for s in many]
+        return _core.pack_source(
+            sources=sources, image_key=image_key, label_key=label_key, out=os.fspath(out),
+            shard_bytes=_size_bytes(shard_size), threads=threads, force=force, skip_bad=skip_bad,
+            reencode_max_side=reencode_max_side, reencode_quality=reencode_quality,
+            keep_jpeg_bytes=keep_jpeg_bytes,
+        )
     source, out = os.fspath(source), os.fspath(out)
     common = dict(out=out, shard_bytes=_size_bytes(shard_size), threads=threads, force=force)
     if labels is not None:

@@ -86,7 +86,9 @@ class Loader:
     """Batches of a saturate dataset, decoded and augmented in C++ threads.
 
     Args:
-      dataset: a directory written by ``saturate pack`` / :func:`saturate.pack`.
+      dataset: a directory written by ``saturate pack`` / :func:`saturate.pack`; or WebDataset
+        tar shards / TFRecord files read where they lie (``"laion-{000..009}.tar"``,
+        ``"train-*.tfrecord"``; a sidecar index is built on first use; docs/formats.md).
       batch_size: samples per batch.
       shuffle, seed: a new permutation each epoch, from (seed, epoch). ``shuffle="block"``
         shuffles ~4 MiB blocks of neighbouring records, then records within windows of 16

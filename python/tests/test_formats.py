@@ -204,6 +204,10 @@ def test_tfrecord_keys_by_flag_and_in_the_pattern(tmp_path):
     run("pack", path, str(tmp_path / "a.sat"), "--image-key", "jpeg", "--label-key", "cls", "-q")
     assert read_all(str(tmp_path / "a.sat"))[1].tolist() == list(range(5))
     assert read_all(path + "?image_key=jpeg&label_key=cls")[1].tolist() == list(range(5))
+    # saturate.pack: the same from Python.
+    summary = saturate.pack(path, str(tmp_path / "b.sat"), image_key="jpeg", label_key="cls")
+    assert summary["records"] == 5
+    assert read_all(str(tmp_path / "b.sat"))[1].tolist() == list(range(5))
 
 
 def test_direct_reading_shuffles_shards_by_rank_and_resumes(tmp_path):
