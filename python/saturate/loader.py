@@ -239,12 +239,17 @@ class Loader:
         new process) iteration continues with the batch after the last one
         delivered, byte for byte as the uninterrupted run, without re-decoding
         anything before it.
+
+        A state saved with another world size or batch size resumes elastically:
+        the epoch goes on from the first sample no rank had read, split across
+        this run's ranks (that epoch is shorter; docs/loader.md).
         """
         return json.loads(self._core.state_json())
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         self._core.restore_json(json.dumps(dict(state)))
-        self._epoch, self._done = int(state["epoch"]), int(state["batches_done"])
+        now = self.state_dict()  # an elastic resume may start elsewhere
+        self._epoch, self._done = int(now["epoch"]), int(now["batches_done"])
 
     def stats(self) -> Dict[str, Any]:
         """Per-stage counters since start: samples, skipped, read/decode/transform

@@ -199,23 +199,29 @@ class Loader::Impl {
     chunk_ = std::max<uint64_t>(1, options_.batch_size / (4 * static_cast<uint64_t>(max_threads_)));
     {
       std::unique_lock<std::mutex> lock(shared_->mu);
-      StartEpochLocked(0, 0, &lock);
+      StartEpochLocked(0, 0, 0, &lock);
       window_ = WindowStart();
     }
     for (int i = 0; i < max_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
     return Status::OK();
   }
 
-  uint64_t batches_per_epoch() const {
-    const uint64_t n = sampler_.samples_per_rank(), b = options_.batch_size;
-    return options_.drop_last ? n / b : (n + b - 1) / b;
+  uint64_t batches_per_epoch() const { return BatchesIn(sampler_.samples_per_rank()); }
+
+  // Batches of the epoch in progress: batches_per_epoch(), except for an
+  // epoch resumed elastically (shorter). Guarded by shared_->mu.
+  uint64_t EpochBatchesLocked() const { return BatchesIn(order_.size()); }
+
+  uint64_t BatchesIn(uint64_t samples) const {
+    const uint64_t b = options_.batch_size;
+    return options_.drop_last ? samples / b : (samples + b - 1) / b;
   }
 
   Result<std::optional<Batch>> Next() {
     const bool tracing = trace::Enabled();
     if (tracing && wait_start_ns_ < 0) wait_start_ns_ = trace::NowNs();
     std::unique_lock<std::mutex> lock(shared_->mu);
-    if (delivered_ >= batches_per_epoch()) {
+    if (delivered_ >= EpochBatchesLocked()) {
       wait_start_ns_ = -1;
       return std::optional<Batch>();
     }
@@ -276,7 +282,7 @@ class Loader::Impl {
     std::unique_lock<std::mutex> lock(shared_->mu);
     auto t0 = Clock::now();
     const bool ready = shared_->ready_cv.wait_for(lock, timeout, [&] {
-      if (delivered_ >= batches_per_epoch()) return true;
+      if (delivered_ >= EpochBatchesLocked()) return true;
       const Slot& slot = slots_[head() % kMaxPrefetch];
       return SlotCompleteLocked(slot) || AllBuffersHeldLocked(slot);
     });
@@ -284,18 +290,21 @@ class Loader::Impl {
     return ready;
   }
 
-  Status SetEpoch(uint64_t epoch, uint64_t batches_done) {
-    if (batches_done > batches_per_epoch()) {
+  // Starts `epoch` at batch `batches_done`, or (elastic resume) at global
+  // position `skip` of its order with batches_done 0.
+  Status SetEpoch(uint64_t epoch, uint64_t batches_done, uint64_t skip = 0) {
+    if (batches_done > BatchesIn(sampler_.SamplesPerRankFrom(skip))) {
       return Status::InvalidArgument("state is past the end of the epoch");
     }
     std::vector<std::shared_ptr<BatchBuffer>> released;
     wait_start_ns_ = -1;
     {
       std::unique_lock<std::mutex> lock(shared_->mu);
-      if (epoch == epoch_ + 1 && batches_done == 0 && delivered_ == batches_per_epoch()) {
+      if (epoch == epoch_ + 1 && batches_done == 0 && skip == 0 &&
+          delivered_ == EpochBatchesLocked()) {
         NextEpochLocked();  // keeps the batches read ahead
       } else {
-        released = StartEpochLocked(epoch, batches_done, &lock);
+        released = StartEpochLocked(epoch, batches_done, skip, &lock);
       }
     }
     shared_->work_cv.notify_all();
@@ -310,7 +319,8 @@ class Loader::Impl {
                        dataset_->size(),
                        options_.batch_size,
                        sampler_.options().shard.rank,
-                       sampler_.options().shard.world_size};
+                       sampler_.options().shard.world_size,
+                       epoch_start_sample_};
   }
 
   LoaderStats stats() const {
@@ -464,12 +474,14 @@ class Loader::Impl {
   // progress to finish (they write into buffers about to be reused) and
   // returns the in-flight buffers, to be released once `lock` is dropped.
   std::vector<std::shared_ptr<BatchBuffer>> StartEpochLocked(uint64_t epoch, uint64_t first,
+                                                             uint64_t skip,
                                                              std::unique_lock<std::mutex>* lock) {
     pausing_ = true;
     shared_->ready_cv.wait(*lock, [&] { return busy_ == 0; });
     pausing_ = false;
     epoch_ = epoch;
-    sampler_.EpochIndices(epoch, &order_);
+    epoch_start_sample_ = skip;
+    sampler_.EpochIndicesFrom(epoch, skip, &order_);
     next_order_ready_ = false;
     if (dataset_->remote()) {  // the remote reader fetches ahead in this order
       dataset_->PlanReads(std::span<const uint64_t>(order_).subspan(
@@ -494,8 +506,9 @@ class Loader::Impl {
   // Moves on to epoch_ + 1 once epoch_ is fully delivered, keeping the
   // batches the workers have already made of it.
   void NextEpochLocked() {
-    base_ += batches_per_epoch();
+    base_ += EpochBatchesLocked();
     ++epoch_;
+    epoch_start_sample_ = 0;
     if (next_order_ready_) {
       order_.swap(next_order_);
     } else {
@@ -509,8 +522,8 @@ class Loader::Impl {
   // The sequence number of the next batch the consumer gets.
   uint64_t head() const { return base_ + delivered_; }
 
-  uint64_t BatchCount(uint64_t b) const {
-    return std::min<uint64_t>(options_.batch_size, order_.size() - b * options_.batch_size);
+  uint64_t BatchCount(const std::vector<uint64_t>& order, uint64_t b) const {
+    return std::min<uint64_t>(options_.batch_size, order.size() - b * options_.batch_size);
   }
 
   bool SlotCompleteLocked(const Slot& slot) const {
@@ -525,7 +538,7 @@ class Loader::Impl {
   bool CanStartLocked(int worker) const {
     if (pausing_ || worker >= threads_) return false;
     // At most one epoch ahead: the batches of epoch_ + 1 wait for its SetEpoch.
-    if (cursor_batch_ >= base_ + 2 * batches_per_epoch()) return false;
+    if (cursor_batch_ >= base_ + EpochBatchesLocked() + batches_per_epoch()) return false;
     if (cursor_batch_ >= head() + static_cast<uint64_t>(prefetch_)) return false;
     if (cursor_offset_ > 0) return true;
     return !shared_->free.empty() || shared_->allocated < shared_->capacity;
@@ -558,7 +571,7 @@ class Loader::Impl {
       // Claim a chunk of the batch under the cursor, which may be in the
       // next epoch already.
       const uint64_t seq = cursor_batch_;
-      const bool ahead = seq >= base_ + batches_per_epoch();
+      const bool ahead = seq >= base_ + EpochBatchesLocked();
       if (ahead && !next_order_ready_) {
         sampler_.EpochIndices(epoch_ + 1, &next_order_);
         next_order_ready_ = true;
@@ -566,7 +579,7 @@ class Loader::Impl {
       }
       const std::vector<uint64_t>& order = ahead ? next_order_ : order_;
       const uint64_t epoch = epoch_ + (ahead ? 1 : 0);
-      const uint64_t b = seq - base_ - (ahead ? batches_per_epoch() : 0);
+      const uint64_t b = seq - base_ - (ahead ? EpochBatchesLocked() : 0);
       Slot& slot = slots_[seq % kMaxPrefetch];
       if (cursor_offset_ == 0) {
         auto buffer = AcquireLocked();
@@ -580,7 +593,7 @@ class Loader::Impl {
         }
         slot.buffer = std::make_shared<BatchBuffer>(shared_, *buffer);
         slot.batch = seq;
-        slot.count = BatchCount(b);
+        slot.count = BatchCount(order, b);
         slot.remaining = slot.count;
         slot.valid.assign(slot.count, 1);
       }
@@ -703,6 +716,7 @@ class Loader::Impl {
   int busy_ = 0;                       // workers processing a claimed chunk
   bool pausing_ = false;               // an epoch reset waits for busy_ == 0
   uint64_t epoch_ = 0;
+  uint64_t epoch_start_sample_ = 0;  // elastic resume: global positions read before epoch_
   // Batches are numbered in one sequence across epochs, so that the workers
   // can go on into the next epoch before the consumer asks for it; base_ is
   // the number of batch 0 of epoch_.
@@ -769,14 +783,34 @@ LoaderStats Loader::stats() const { return impl_->stats(); }
 
 Status Loader::Restore(const LoaderState& s) {
   LoaderState now = state();
-  if (s.seed != now.seed || s.dataset_size != now.dataset_size || s.batch_size != now.batch_size ||
-      s.rank != now.rank || s.world_size != now.world_size) {
+  if (s.seed != now.seed || s.dataset_size != now.dataset_size) {
     return Status::InvalidArgument(
-        "loader state does not match this loader (seed, dataset size, batch size, rank and "
-        "world size must be equal): state " +
+        "loader state does not match this loader (seed and dataset size must be equal): state " +
         s.ToJson() + ", loader " + now.ToJson());
   }
-  return impl_->SetEpoch(s.epoch, s.batches_done);
+  if (s.world_size == now.world_size && s.batch_size == now.batch_size && s.rank == now.rank &&
+      s.epoch_start_sample == 0) {
+    return impl_->SetEpoch(s.epoch, s.batches_done);
+  }
+  // Elastic: another world size or batch size. Every rank of the saved run
+  // had delivered batches_done batches in lockstep, so the epoch's global
+  // order is read up to one position, whichever rank's state this is.
+  if (s.world_size == 0 || s.batch_size == 0) {
+    return Status::InvalidArgument("loader state: world_size and batch_size must be positive");
+  }
+  SamplerOptions saved = impl_->sampler().options();
+  saved.shard = {0, s.world_size};
+  SATURATE_ASSIGN_OR_RETURN(Sampler before, Sampler::Create(saved));
+  const uint64_t saved_samples = before.SamplesPerRankFrom(s.epoch_start_sample);
+  const uint64_t saved_batches = impl_->options().drop_last
+                                     ? saved_samples / s.batch_size
+                                     : (saved_samples + s.batch_size - 1) / s.batch_size;
+  if (s.batches_done > saved_batches) {
+    return Status::InvalidArgument("loader state is past the end of its epoch: " + s.ToJson());
+  }
+  if (s.batches_done == saved_batches) return impl_->SetEpoch(s.epoch + 1, 0);
+  return impl_->SetEpoch(s.epoch, 0,
+                         s.epoch_start_sample + s.batches_done * s.batch_size * s.world_size);
 }
 
 }  // namespace saturate::feed
@@ -790,7 +824,8 @@ std::string LoaderState::ToJson() const {
                         {"dataset_size", dataset_size},
                         {"batch_size", batch_size},
                         {"rank", rank},
-                        {"world_size", world_size}}
+                        {"world_size", world_size},
+                        {"epoch_start_sample", epoch_start_sample}}
       .dump();
 }
 
@@ -808,6 +843,8 @@ Result<LoaderState> LoaderState::FromJson(std::string_view text) {
     s.batch_size = j.at("batch_size").get<uint64_t>();
     s.rank = j.at("rank").get<uint32_t>();
     s.world_size = j.at("world_size").get<uint32_t>();
+    s.epoch_start_sample =
+        j.value("epoch_start_sample", uint64_t{0});  // absent before elastic resume
   } catch (const nlohmann::json::exception& e) {
     return Status::InvalidArgument(std::string("loader state: ") + e.what());
   }

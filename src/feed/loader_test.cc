@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <random>
 #include <set>
 #include <sstream>
@@ -70,6 +71,31 @@ LoaderOptions ImageOptions(const std::string& dir, int threads) {
   FieldOptions image{.field = "image"};
   image.image.height = image.image.width = 32;
   o.fields = {image};
+  return o;
+}
+
+// Fixed-size records only (the gather path): pixels uint8[12,13] filled
+// with (i * 7 + k) % 256 at element k, label = i. One shard.
+Status WriteFixedDataset(const std::string& dir, uint64_t n) {
+  format::Schema schema{{FieldSpec{"pixels", FieldKind::kArray, DType::kUInt8, {12, 13}},
+                         FieldSpec{"label", FieldKind::kInt64}}};
+  SATURATE_ASSIGN_OR_RETURN(auto w, format::DatasetWriter::Create(dir, schema, {}));
+  for (uint64_t i = 0; i < n; ++i) {
+    std::vector<uint8_t> px(156);
+    for (size_t k = 0; k < px.size(); ++k) px[k] = static_cast<uint8_t>(i * 7 + k);
+    int64_t label = static_cast<int64_t>(i);
+    std::vector<std::span<const std::byte>> f{format::AsBytes(std::span<const uint8_t>(px)),
+                                              format::AsBytes(label)};
+    SATURATE_RETURN_IF_ERROR(w->Append(f));
+  }
+  return w->Finish();
+}
+
+LoaderOptions FixedOptions(const std::string& dir, int threads) {
+  LoaderOptions o = Options(dir, 16, 5, threads);
+  o.fields = {FieldOptions{
+      .field = "pixels",
+      .array = {.to_float = true, .scale = 1.0f / 255, .mean = 0.286f, .std = 0.353f}}};
   return o;
 }
 
@@ -268,6 +294,87 @@ TEST(LoaderTest, RanksAreDisjointAndCovering) {
   }
 }
 
+// Loaders for every rank of `world`, restored from `state` (nullptr: fresh).
+std::vector<std::unique_ptr<Loader>> Ranks(const std::string& dir, uint32_t world, uint64_t batch,
+                                           const LoaderState* state) {
+  std::vector<std::unique_ptr<Loader>> out;
+  for (uint32_t r = 0; r < world; ++r) {
+    LoaderOptions o = FixedOptions(dir, 2);
+    o.rank = r;
+    o.world_size = world;
+    o.batch_size = batch;
+    auto loader = Loader::Open(o);
+    EXPECT_TRUE(loader.ok()) << loader.status().ToString();
+    if (state != nullptr) {
+      EXPECT_TRUE((*loader)->Restore(*state).ok());
+    }
+    out.push_back(std::move(*loader));
+  }
+  return out;
+}
+
+// Takes up to `batches` batches from every rank (all when 0); the labels seen.
+std::vector<int64_t> Take(std::vector<std::unique_ptr<Loader>>& ranks, uint64_t batches) {
+  std::vector<int64_t> labels;
+  for (auto& loader : ranks) {
+    for (uint64_t i = 0; batches == 0 || i < batches; ++i) {
+      auto b = loader->Next();
+      EXPECT_TRUE(b.ok()) << b.status().ToString();
+      if (!b.ok() || !*b) break;
+      for (int64_t l : Labels(**b)) labels.push_back(l);
+    }
+  }
+  return labels;
+}
+
+// Saved by 2 ranks at batch size 4, resumed by 3 at batch size 5, saved
+// again and resumed by 2: the epoch is read once, and the next epoch is the
+// one a fresh run of the new size reads.
+TEST(LoaderTest, ElasticResumeAcrossWorldAndBatchSizes) {
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteFixedDataset(dir.path(), 50));
+  auto two = Ranks(dir.path(), 2, 4, nullptr);
+  for (auto& l : two) SATURATE_ASSERT_OK(l->SetEpoch(3));
+  std::vector<int64_t> seen = Take(two, 3);  // 24 of 50
+  const LoaderState at_two = two[1]->state();
+  EXPECT_EQ(at_two.batches_done, 3u);
+
+  auto three = Ranks(dir.path(), 3, 5, &at_two);
+  EXPECT_EQ(three[0]->state().epoch_start_sample, 24u);
+  std::vector<int64_t> more = Take(three, 1);  // 15 of the other 26
+  seen.insert(seen.end(), more.begin(), more.end());
+  const LoaderState at_three = three[2]->state();
+  SATURATE_ASSERT_OK_AND_ASSIGN(LoaderState parsed, LoaderState::FromJson(at_three.ToJson()));
+  EXPECT_EQ(parsed.epoch_start_sample, 24u);
+
+  auto again = Ranks(dir.path(), 2, 4, &parsed);
+  EXPECT_EQ(again[0]->state().epoch_start_sample, 39u);
+  std::vector<int64_t> rest = Take(again, 0);  // the last 11, padded to 12
+  EXPECT_EQ(rest.size(), 12u);
+  seen.insert(seen.end(), rest.begin(), rest.end() - 1);
+  std::sort(seen.begin(), seen.end());
+  std::vector<int64_t> all(50);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(seen, all);  // every record once
+
+  // The next epoch is whole, and the same as a fresh run's.
+  for (auto& l : again) SATURATE_ASSERT_OK(l->SetEpoch(4));
+  auto fresh = Ranks(dir.path(), 2, 4, nullptr);
+  for (auto& l : fresh) SATURATE_ASSERT_OK(l->SetEpoch(4));
+  EXPECT_EQ(Take(again, 0), Take(fresh, 0));
+
+  // A state past its epoch's end starts the next epoch.
+  LoaderState done = at_two;
+  done.batches_done = 7;  // ceil(25 / 4): rank 0 of 2 at the end
+  auto after = Ranks(dir.path(), 3, 5, &done);
+  EXPECT_EQ(after[0]->state().epoch, 4u);
+  done.batches_done = 8;
+  LoaderOptions o = FixedOptions(dir.path(), 1);
+  o.world_size = 3;
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto one, Loader::Open(o));
+  EXPECT_EQ(one->Restore(done).code(), StatusCode::kInvalidArgument);
+}
+
 // Flips a byte inside record `record`'s payload of the only shard.
 void CorruptRecord(const std::string& dir, uint64_t record) {
   const std::string path = dir + "/" + format::ShardFileName(0);
@@ -333,31 +440,6 @@ class CountingAllocator : public BatchAllocator {
   }
   std::atomic<int> allocations{0}, live{0}, peak{0};
 };
-
-// Fixed-size records only (the gather path): pixels uint8[12,13] filled
-// with (i * 7 + k) % 256 at element k, label = i. One shard.
-Status WriteFixedDataset(const std::string& dir, uint64_t n) {
-  format::Schema schema{{FieldSpec{"pixels", FieldKind::kArray, DType::kUInt8, {12, 13}},
-                         FieldSpec{"label", FieldKind::kInt64}}};
-  SATURATE_ASSIGN_OR_RETURN(auto w, format::DatasetWriter::Create(dir, schema, {}));
-  for (uint64_t i = 0; i < n; ++i) {
-    std::vector<uint8_t> px(156);
-    for (size_t k = 0; k < px.size(); ++k) px[k] = static_cast<uint8_t>(i * 7 + k);
-    int64_t label = static_cast<int64_t>(i);
-    std::vector<std::span<const std::byte>> f{format::AsBytes(std::span<const uint8_t>(px)),
-                                              format::AsBytes(label)};
-    SATURATE_RETURN_IF_ERROR(w->Append(f));
-  }
-  return w->Finish();
-}
-
-LoaderOptions FixedOptions(const std::string& dir, int threads) {
-  LoaderOptions o = Options(dir, 16, 5, threads);
-  o.fields = {FieldOptions{
-      .field = "pixels",
-      .array = {.to_float = true, .scale = 1.0f / 255, .mean = 0.286f, .std = 0.353f}}};
-  return o;
-}
 
 // The gather path writes every sample where the per-sample formula says,
 // whatever the thread count, and resumes to the same bytes.

@@ -104,7 +104,47 @@ void Sampler::EpochIndices(uint64_t epoch, std::vector<uint64_t>* out) const {
   }
 
   std::vector<uint64_t>& a = *out;
+  Order(epoch, &a);
+
+  // Compact positions r, r+w, ... to the front in place: position r + k*w >= k,
+  // so each read is at or after every slot written so far. The padded tail
+  // [n, count*w) is shorter than w, so at most the last position wraps; read
+  // it before compaction may overwrite its source.
+  const uint64_t last_pos = r + (count - 1) * w;
+  const uint64_t last_value = a[last_pos % n];
+  for (uint64_t k = 0; k + 1 < count; ++k) a[k] = a[r + k * w];
+  a[count - 1] = last_value;
+  a.resize(count);
+}
+
+uint64_t Sampler::SamplesPerRankFrom(uint64_t skip) const {
+  const uint64_t n = options_.dataset_size, w = options_.shard.world_size;
+  if (skip >= n) return 0;
+  const uint64_t rest = n - skip;
+  return options_.drop_uneven ? rest / w : (rest + w - 1) / w;
+}
+
+void Sampler::EpochIndicesFrom(uint64_t epoch, uint64_t skip, std::vector<uint64_t>* out) const {
+  if (skip == 0) return EpochIndices(epoch, out);
+  const uint64_t count = SamplesPerRankFrom(skip);
+  out->clear();
+  if (count == 0) return;
+  std::vector<uint64_t> order;
+  Order(epoch, &order);
+  const uint64_t rest = options_.dataset_size - skip, w = options_.shard.world_size;
+  const uint64_t r = options_.shard.rank;
+  out->resize(count);
+  for (uint64_t k = 0; k < count; ++k) (*out)[k] = order[skip + (r + k * w) % rest];
+}
+
+void Sampler::Order(uint64_t epoch, std::vector<uint64_t>* out) const {
+  const uint64_t n = options_.dataset_size;
+  std::vector<uint64_t>& a = *out;
   a.resize(n);
+  if (!options_.shuffle) {
+    for (uint64_t i = 0; i < n; ++i) a[i] = i;
+    return;
+  }
   PhiloxStream rng(DeriveKey(options_.seed, RngDomain::kEpochShuffle, epoch), /*stream=*/0);
   if (options_.block_records == 0) {
     for (uint64_t i = 0; i < n; ++i) a[i] = i;
@@ -127,16 +167,6 @@ void Sampler::EpochIndices(uint64_t epoch, std::vector<uint64_t>* out) const {
       }
     }
   }
-
-  // Compact positions r, r+w, ... to the front in place: position r + k*w >= k,
-  // so each read is at or after every slot written so far. The padded tail
-  // [n, count*w) is shorter than w, so at most the last position wraps; read
-  // it before compaction may overwrite its source.
-  const uint64_t last_pos = r + (count - 1) * w;
-  const uint64_t last_value = a[last_pos % n];
-  for (uint64_t k = 0; k + 1 < count; ++k) a[k] = a[r + k * w];
-  a[count - 1] = last_value;
-  a.resize(count);
 }
 
 }  // namespace saturate::feed

@@ -95,6 +95,17 @@ class Sampler {
   // shuffle, O(samples_per_rank()) without.
   void EpochIndices(uint64_t epoch, std::vector<uint64_t>* out) const;
 
+  // Elastic resume: the epoch's order from global position `skip` on (the
+  // positions before it were read by a run with another world size or batch
+  // size: rank r' of W' read positions r', r' + W', ...). The rest,
+  // dataset_size - skip positions, is padded or dropped to a multiple of
+  // world_size as a whole epoch is (padding repeats the rest from its start)
+  // and this rank takes positions r, r + w, ... of it. skip = 0 is
+  // EpochIndices(); skip >= dataset_size gives an empty list.
+  void EpochIndicesFrom(uint64_t epoch, uint64_t skip, std::vector<uint64_t>* out) const;
+  // The size of that list.
+  uint64_t SamplesPerRankFrom(uint64_t skip) const;
+
   // Convenience: a fresh vector.
   std::vector<uint64_t> EpochIndices(uint64_t epoch) const {
     std::vector<uint64_t> out;
@@ -105,6 +116,10 @@ class Sampler {
  private:
   Sampler(const SamplerOptions& options, uint64_t samples_per_rank)
       : options_(options), samples_per_rank_(samples_per_rank) {}
+
+  // The epoch's whole order over [0, dataset_size): a permutation, or the
+  // identity without shuffle. `a` is resized to dataset_size.
+  void Order(uint64_t epoch, std::vector<uint64_t>* a) const;
 
   SamplerOptions options_;
   uint64_t samples_per_rank_;

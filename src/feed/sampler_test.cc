@@ -165,6 +165,47 @@ TEST(SamplerTest, BlockShuffleKeepsRecordsInTheirWindow) {
   EXPECT_EQ(order, s->EpochIndices(2));  // resume: a pure function of (seed, epoch)
 }
 
+// Elastic resume: after W ranks read the first `skip` positions of the
+// global order, M ranks read the rest, each position once (padding aside),
+// in the order's sequence, whatever W and M.
+TEST(SamplerTest, EpochIndicesFromSplitsTheRestOfTheGlobalOrder) {
+  const uint64_t n = 103;
+  for (bool shuffle : {false, true}) {
+    const std::vector<uint64_t> order = MakeSampler(n, 0, 1, false, shuffle, 9).EpochIndices(4);
+    for (uint64_t skip : {0, 1, 40, 102, 103, 200}) {
+      for (uint32_t world : {1u, 2u, 3u, 5u}) {
+        for (bool drop : {false, true}) {
+          std::vector<uint64_t> got;  // interleaved back into global positions
+          const uint64_t per_rank =
+              MakeSampler(n, 0, world, drop, shuffle, 9).SamplesPerRankFrom(skip);
+          std::vector<std::vector<uint64_t>> ranks;
+          for (uint32_t r = 0; r < world; ++r) {
+            Sampler s = MakeSampler(n, r, world, drop, shuffle, 9);
+            std::vector<uint64_t> out;
+            s.EpochIndicesFrom(4, skip, &out);
+            ASSERT_EQ(out.size(), per_rank);
+            ASSERT_EQ(s.SamplesPerRankFrom(skip), per_rank);
+            ranks.push_back(out);
+          }
+          for (uint64_t k = 0; k < per_rank; ++k) {
+            for (uint32_t r = 0; r < world; ++r) got.push_back(ranks[r][k]);
+          }
+          const uint64_t rest = skip >= n ? 0 : n - skip;
+          EXPECT_EQ(got.size(), drop ? rest / world * world : (rest + world - 1) / world * world);
+          for (uint64_t p = 0; p < got.size(); ++p) {
+            ASSERT_EQ(got[p], order[skip + p % rest])
+                << "skip " << skip << " world " << world << " position " << p;
+          }
+        }
+      }
+    }
+    // skip 0 is the whole epoch.
+    std::vector<uint64_t> whole;
+    MakeSampler(n, 1, 3, false, shuffle, 9).EpochIndicesFrom(4, 0, &whole);
+    EXPECT_EQ(whole, MakeSampler(n, 1, 3, false, shuffle, 9).EpochIndices(4));
+  }
+}
+
 TEST(SamplerTest, EpochAndSeedDetermineTheOrder) {
   const Sampler a = MakeSampler(1000, 1, 4, false, true, 123);
   const Sampler b = MakeSampler(1000, 1, 4, false, true, 123);

@@ -181,7 +181,11 @@ class Batch {
 };
 
 // Where a loader stands in its stream of batches. Restore() checks that the
-// options it depends on match.
+// options it depends on match (seed, dataset size). A state saved with
+// another world size or batch size resumes elastically: the epoch's global
+// order (which does not depend on either) goes on from the first position
+// no rank had read, split across this run's ranks (Sampler::EpochIndicesFrom);
+// that epoch is then shorter, and the next ones are whole.
 struct LoaderState {
   uint64_t epoch = 0;
   uint64_t batches_done = 0;  // batches of `epoch` already delivered
@@ -190,6 +194,9 @@ struct LoaderState {
   uint64_t batch_size = 0;
   uint32_t rank = 0;
   uint32_t world_size = 1;
+  // Elastic resume: positions of the epoch's global order read before its
+  // first batch by a run with another world size or batch size (0 normally).
+  uint64_t epoch_start_sample = 0;
   std::string ToJson() const;
   static Result<LoaderState> FromJson(std::string_view json);
 };
