@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan+UBSan) and runs each for SECONDS.
-# Crashes are saved under build/fuzz/artifacts/ and fail the script.
-# usage: scripts/fuzz.sh [SECONDS]
+# Crashes are saved under BUILD/artifacts/ and fail the script.
+# usage: scripts/fuzz.sh [SECONDS]   (BUILD: $FUZZ_BUILD_DIR, else build/fuzz)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 seconds=${1:-30}
-CC=clang CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DSATURATE_BUILD_FUZZ=ON \
-  -DSATURATE_BUILD_TESTS=OFF -DSATURATE_WITH_CUDA=OFF \
-  -DSATURATE_SANITIZE='address;undefined' >/dev/null
+# FUZZ_BUILD_DIR: a build already configured with SATURATE_BUILD_FUZZ (scripts/test.sh's
+# build/asan, whose tests share its libraries); default: build/fuzz, configured here.
+build=${FUZZ_BUILD_DIR:-build/fuzz}
+if [[ -z ${FUZZ_BUILD_DIR:-} ]]; then
+  CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DSATURATE_BUILD_FUZZ=ON \
+    -DSATURATE_BUILD_TESTS=OFF -DSATURATE_WITH_CUDA=OFF \
+    -DSATURATE_SANITIZE='address;undefined' >/dev/null
+fi
 targets=(shard_fuzz manifest_fuzz idx_fuzz table_fuzz image_fuzz procfs_fuzz run_fuzz job_fuzz manifest_ckpt_fuzz remote_url_fuzz
   tar_index_fuzz tfrecord_fuzz)
-cmake --build build/fuzz -j "$JOBS" --target "${targets[@]}"
-mkdir -p build/fuzz/artifacts
+cmake --build "$build" -j "$JOBS" --target "${targets[@]}"
+mkdir -p "$build/artifacts"
 for t in "${targets[@]}"; do
-  corpus=build/fuzz/corpus/$t
+  corpus=$build/corpus/$t
   mkdir -p "$corpus"
   [[ -d fuzz/seeds/$t ]] && cp -n fuzz/seeds/$t/* "$corpus"/ 2>/dev/null || true
   echo "fuzz: $t for ${seconds}s"
-  log=build/fuzz/$t.log
-  if ! build/fuzz/fuzz/$t "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 \
-    -artifact_prefix=build/fuzz/artifacts/$t- -print_final_stats=1 >"$log" 2>&1; then
+  log=$build/$t.log
+  if ! "$build/fuzz/$t" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 \
+    -artifact_prefix="$build/artifacts/$t-" -print_final_stats=1 >"$log" 2>&1; then
     tail -n 60 "$log"
-    echo "fuzz: $t FAILED; the crashing input is in build/fuzz/artifacts/" >&2
+    echo "fuzz: $t FAILED; the crashing input is in $build/artifacts/" >&2
     exit 1
   fi
   grep -E 'stat::number_of_executed_units|stat::new_units_added' "$log" | tr -s ' ' | paste -sd' '

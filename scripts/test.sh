@@ -7,14 +7,14 @@
 #       it with auditwheel (manylinux: the libraries it links inside) and installs that wheel
 #       into .venv (Debian's torch 1.13) and .venv-torch2 (PyPI's torch 2, Lightning,
 #       Accelerate; no system site packages; scripts/torch2-env.sh), and runs pytest in both,
-#   3. rebuilds with ASan+UBSan and runs every test again,
+#   3. rebuilds with clang, ASan+UBSan (and the fuzz targets) and runs every test again,
 #   4. rebuilds the threaded parts with TSan and runs their tests,
-#   5. builds the libFuzzer targets with clang and runs each for a bounded time,
+#   5. runs each libFuzzer target (built in step 3) for a bounded time,
 #   6. checks formatting.
-# usage: scripts/test.sh            (FUZZ_SECONDS=30 by default)
+# usage: scripts/test.sh            (FUZZ_SECONDS=20 by default)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 
 step "dependencies"
 scripts/install-deps.sh
@@ -72,11 +72,13 @@ if ((${#python_failed[@]})); then
   exit 1
 fi
 
-step "ASan + UBSan build and test"
-cmake -S . -B build/asan -G Ninja -DSATURATE_WERROR=ON -DSATURATE_WITH_CUDA=OFF \
-  -DSATURATE_SANITIZE='address;undefined' >/dev/null
-cmake --build build/asan -j "$JOBS"
-ctest --test-dir build/asan --output-on-failure -j "$JOBS"
+step "ASan + UBSan build (clang, with the libFuzzer targets) and test"
+# One clang build serves the ASan/UBSan tests and the fuzzers (step 5): the libraries are
+# compiled once, with ASan, UBSan and the fuzzers' coverage hooks.
+CC=clang CXX=clang++ cmake -S . -B build/asanfuzz -G Ninja -DSATURATE_WERROR=ON \
+  -DSATURATE_WITH_CUDA=OFF -DSATURATE_BUILD_FUZZ=ON -DSATURATE_SANITIZE='address;undefined' >/dev/null
+cmake --build build/asanfuzz -j "$JOBS"
+ctest --test-dir build/asanfuzz --output-on-failure -j "$JOBS"
 
 step "TSan build and test of the threaded parts"
 cmake -S . -B build/tsan -G Ninja -DSATURATE_WERROR=ON -DSATURATE_WITH_CUDA=OFF \
@@ -89,8 +91,8 @@ for t in base/base_test format/format_test pack/pack_test feed/loader_test feed/
   build/tsan/src/$t
 done
 
-step "fuzz (${FUZZ_SECONDS}s per target)"
-scripts/fuzz.sh "$FUZZ_SECONDS"
+step "fuzz (${FUZZ_SECONDS}s per target, built in build/asanfuzz)"
+FUZZ_BUILD_DIR=build/asanfuzz scripts/fuzz.sh "$FUZZ_SECONDS"
 
 step "format"
 git ls-files '*.cc' '*.h' '*.cu' | xargs clang-format --dry-run --Werror

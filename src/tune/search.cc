@@ -82,6 +82,21 @@ class GridStrategy : public Strategy {
   Proposal pending_;
 };
 
+// A coordinate sweep of AdaptiveStrategy (at namespace scope: clang 14 cannot
+// construct a nested struct with member initializers inside std::optional).
+struct Sweep {
+  std::vector<std::string> order;  // the coordinate's values, ascending
+  size_t pos = 0;
+  bool stopped = false;
+  std::optional<Outcome> best;
+  int flat = 0;  // values in a row since the last gain
+  std::vector<std::pair<std::string, Outcome>> screened;
+  bool screening = false;
+  std::vector<std::string> confirm;
+  size_t confirm_pos = 0;
+  bool confirm_chosen = false;
+};
+
 // Coordinate descent with screening; see the header.
 class AdaptiveStrategy : public Strategy {
  public:
@@ -160,19 +175,6 @@ class AdaptiveStrategy : public Strategy {
 
  private:
   enum class Kind { kStart, kScreen, kConfirm };
-
-  struct Sweep {
-    std::vector<std::string> order;  // the coordinate's values, ascending
-    size_t pos = 0;
-    bool stopped = false;
-    std::optional<Outcome> best;
-    int flat = 0;  // values in a row since the last gain
-    std::vector<std::pair<std::string, Outcome>> screened;
-    bool screening = false;
-    std::vector<std::string> confirm;
-    size_t confirm_pos = 0;
-    bool confirm_chosen = false;
-  };
 
   const Param& Coord() const { return space_.params[coords_[coord_]]; }
   const std::string& Name() const { return Coord().name; }
