@@ -5,4 +5,4 @@ if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
 JOBS=$(nproc)
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> %s  [%d s]\n' "$*" "$SECONDS"; }  # seconds since the script started
