@@ -19,10 +19,10 @@ passing it through prepare is harmless. The loader shards by itself: created aft
 has started (``accelerate launch``, torchrun, Slurm); this module passes them explicitly.
 
 Accelerate's ``save_state`` writes a registered object's state from the main process
-only, and a loader's state names its rank, so every other rank would refuse it on
-``load_state``. ``loader()`` registers a wrapper instead whose state leaves the rank out:
-all ranks of a data-parallel job are at the same batch, so each restores its own shard
-at that position.
+only, so every rank restores rank 0's state. That is right: all ranks of a data-parallel
+job are at the same batch, and ``Loader.load_state_dict`` restores any rank's state into
+this rank's shard at that position; with another number of processes it resumes
+elastically (docs/loader.md). ``loader()`` registers the loader's position for it.
 """
 
 from __future__ import annotations
@@ -34,21 +34,18 @@ from .loader import Loader
 
 
 class _Position:
-    """A loader's position for ``accelerator.register_for_checkpointing``: its state
-    without rank and world size (the same on every rank), restored into this rank's."""
+    """A loader's position for ``accelerator.register_for_checkpointing``: the main
+    process's state, restored into this rank's shard (elastically when the number of
+    processes changed)."""
 
     def __init__(self, loader: Loader):
         self.loader = loader
 
     def state_dict(self) -> Dict[str, int]:
-        state = dict(self.loader.state_dict())
-        state.pop("rank", None)
-        state.pop("world_size", None)
-        return state
+        return dict(self.loader.state_dict())
 
     def load_state_dict(self, state: Dict[str, int]) -> None:
-        mine = dict(state, rank=self.loader.rank, world_size=self.loader.world_size)
-        self.loader.load_state_dict(mine)
+        self.loader.load_state_dict(dict(state))
 
 
 def loader(accelerator: Any, dataset: Union[str, os.PathLike], batch_size: int = 32,

@@ -131,10 +131,12 @@ void Sampler::EpochIndicesFrom(uint64_t epoch, uint64_t skip, std::vector<uint64
   if (count == 0) return;
   std::vector<uint64_t> order;
   Order(epoch, &order);
-  const uint64_t rest = options_.dataset_size - skip, w = options_.shard.world_size;
+  const uint64_t n = options_.dataset_size, w = options_.shard.world_size;
   const uint64_t r = options_.shard.rank;
   out->resize(count);
-  for (uint64_t k = 0; k < count; ++k) (*out)[k] = order[skip + (r + k * w) % rest];
+  // Padding wraps to the order's start, as in a whole epoch: with the saved
+  // world size this is exactly the positions the rank had left.
+  for (uint64_t k = 0; k < count; ++k) (*out)[k] = order[(skip + r + k * w) % n];
 }
 
 void Sampler::Order(uint64_t epoch, std::vector<uint64_t>* out) const {

@@ -99,8 +99,9 @@ class Sampler {
   // positions before it were read by a run with another world size or batch
   // size: rank r' of W' read positions r', r' + W', ...). The rest,
   // dataset_size - skip positions, is padded or dropped to a multiple of
-  // world_size as a whole epoch is (padding repeats the rest from its start)
-  // and this rank takes positions r, r + w, ... of it. skip = 0 is
+  // world_size as a whole epoch is (padding wraps to the order's start) and
+  // this rank takes positions skip + r, skip + r + w, ... With the saved
+  // world size these are the positions the rank had left. skip = 0 is
   // EpochIndices(); skip >= dataset_size gives an empty list.
   void EpochIndicesFrom(uint64_t epoch, uint64_t skip, std::vector<uint64_t>* out) const;
   // The size of that list.

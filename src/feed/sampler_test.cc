@@ -193,16 +193,23 @@ TEST(SamplerTest, EpochIndicesFromSplitsTheRestOfTheGlobalOrder) {
           const uint64_t rest = skip >= n ? 0 : n - skip;
           EXPECT_EQ(got.size(), drop ? rest / world * world : (rest + world - 1) / world * world);
           for (uint64_t p = 0; p < got.size(); ++p) {
-            ASSERT_EQ(got[p], order[skip + p % rest])
+            ASSERT_EQ(got[p], order[(skip + p) % n])
                 << "skip " << skip << " world " << world << " position " << p;
           }
         }
       }
     }
-    // skip 0 is the whole epoch.
-    std::vector<uint64_t> whole;
-    MakeSampler(n, 1, 3, false, shuffle, 9).EpochIndicesFrom(4, 0, &whole);
-    EXPECT_EQ(whole, MakeSampler(n, 1, 3, false, shuffle, 9).EpochIndices(4));
+    // skip 0 is the whole epoch; with the same world size, a skip of whole
+    // rounds gives the rest of each rank's epoch, padding included.
+    for (uint64_t rounds : {0, 7, 34}) {
+      for (uint32_t r = 0; r < 3; ++r) {
+        const Sampler s = MakeSampler(n, r, 3, false, shuffle, 9);
+        std::vector<uint64_t> rest;
+        s.EpochIndicesFrom(4, rounds * 3, &rest);
+        const std::vector<uint64_t> whole = s.EpochIndices(4);
+        EXPECT_EQ(rest, std::vector<uint64_t>(whole.begin() + rounds, whole.end()));
+      }
+    }
   }
 }
 
