@@ -16,10 +16,6 @@ namespace {
 using ::saturate::testing::HasError;
 using ::saturate::testing::TempDir;
 
-std::string Str(std::span<const std::byte> b) {
-  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
-}
-
 TEST(SourceDataset, RecordsHoldTheSampleFields) {
   TempDir dir;
   ::setenv("SATURATE_INDEX_DIR", dir.Join("cache").c_str(), 1);

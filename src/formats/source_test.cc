@@ -13,9 +13,6 @@ namespace {
 using ::saturate::testing::HasError;
 using ::saturate::testing::TempDir;
 
-std::string Str(std::span<const std::byte> b) {
-  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
-}
 int64_t Int(std::span<const std::byte> b) {
   int64_t v = 0;
   std::memcpy(&v, b.data(), std::min<size_t>(8, b.size()));

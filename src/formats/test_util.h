@@ -3,6 +3,8 @@
 #ifndef SATURATE_FORMATS_TEST_UTIL_H_
 #define SATURATE_FORMATS_TEST_UTIL_H_
 
+#include <cstddef>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +19,11 @@ std::string MakeTfrecord(const std::vector<std::string>& records);
 
 // Writes `bytes` to `path` (test failure on error).
 void WriteFile(const std::string& path, const std::string& bytes);
+
+// A field's bytes as a string, for comparisons.
+inline std::string Str(std::span<const std::byte> b) {
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
 
 }  // namespace saturate::formats
 
