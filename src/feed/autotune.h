@@ -32,7 +32,8 @@
 //    rounded up, within the limits and within the cores the rest of the
 //    process leaves free (when process_cpu_util is known); but release
 //    threads only if the consumer waited < 2%, and add them only if the
-//    workers were > 85% busy (a bursty consumer). The loader starts
+//    workers were > 85% busy (a bursty consumer waits on idle workers). The
+//    loader starts
 //    "auto" at max_threads, so the first batches come as fast as the
 //    machine allows and sizing only ever releases threads it does not need;
 //    the rules below then adjust by one thread at a time.
