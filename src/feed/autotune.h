@@ -33,10 +33,9 @@
 //    process leaves free (when process_cpu_util is known); but release
 //    threads only if the consumer waited < 2%, and add them only if the
 //    workers were > 85% busy (a bursty consumer waits on idle workers). The
-//    loader starts
-//    "auto" at max_threads, so the first batches come as fast as the
-//    machine allows and sizing only ever releases threads it does not need;
-//    the rules below then adjust by one thread at a time.
+//    loader starts "auto" at max_threads, so the first batches come as fast
+//    as the machine allows and sizing only ever releases threads it does not
+//    need; the rules below then adjust by one thread at a time.
 //  * Add a thread when, for 2 windows in a row, the consumer waited > 5%,
 //    the workers were > 85% busy and the ready queue was not full at the end
 //    of the window (a throughput shortfall, not a burst). This is a
