@@ -486,7 +486,7 @@ std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOption
 // The dataset is read from object storage or HTTP: the loader's requests,
 // not a disk, are the storage. Fewer waits come from more requests in
 // flight (read-ahead) and, from the second epoch on, a local block cache.
-Finding RemoteIoFix(const Features& f, const DataWait& w, Finding& x) {
+void RemoteIoFix(const Features& f, const DataWait& w, Finding& x) {
   x.title = Fmt("Training waits for data %.0f%% of the time on reads from remote storage", w.pct);
   Add(x, "remote_request_ms", *f.remote_request_ms, "ms", "mean time of one range request");
   if (f.remote_mb_per_s) Add(x, "remote_mb_per_s", *f.remote_mb_per_s, "MB/s", "fetched");
@@ -514,7 +514,6 @@ Finding RemoteIoFix(const Features& f, const DataWait& w, Finding& x) {
                "the blocks locally";
   x.fix = fix + ".";
   PredictNoWait(f, x, w, "with reads that keep up");
-  return x;
 }
 
 std::optional<Finding> IoBoundRule(const Features& f, const AnalysisOptions&) {
@@ -532,7 +531,10 @@ std::optional<Finding> IoBoundRule(const Features& f, const AnalysisOptions&) {
     Add(x, "read_share_pct", 100.0 * *f.loader_read_ns_per_sample / *f.loader_cpu_ns_per_sample,
         "%", "share of the loader's per-sample time spent reading");
   }
-  if (f.remote_request_ms) return RemoteIoFix(f, *w, x);
+  if (f.remote_request_ms) {
+    RemoteIoFix(f, *w, x);
+    return x;
+  }
   std::string fix;
   if (f.disk_read_mb_per_s && *f.disk_read_mb_per_s > 0) {
     Add(x, "disk_read_mb_per_s", *f.disk_read_mb_per_s, "MB/s", "mean disk read rate");
