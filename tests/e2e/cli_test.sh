@@ -126,6 +126,13 @@ expect_out "record 39" "inspect -r 39"
 sat inspect ds -r 40
 expect_rc_nonzero "inspect -r 40 (past the end)"
 
+sat pack "$PHOTOS" dsbare -q
+expect_rc 0 "pack ROOT OUT (no subcommand) packs an ImageFolder"
+expect_out "packed 40 records" "pack ROOT OUT summary"
+sat pack "$WORK/no-such-dir" dsnone -q
+expect_rc_nonzero "pack of a missing directory"
+expect_err "no-such-dir" "the error names the missing source"
+
 sat pack folder "$PHOTOS" dsj --json -q
 expect_rc 0 "pack --json"
 expect_valid_json "pack --json"

@@ -192,8 +192,8 @@ int RunSourcePack(const SourceArgs& a, const std::string& prefix) {
     if (prefix.empty() && !formats::IsSourcePattern(p)) {
       return ReportError(
           "pack", Status::InvalidArgument(
-                      p + ": not a WebDataset (.tar, .tar.gz) or TFRecord (.tfrecord[.gz]) name; "
-                          "use pack folder|table|idx|webdataset|tfrecord"));
+                      p + ": not an ImageFolder directory, WebDataset (.tar, .tar.gz) or TFRecord "
+                          "(.tfrecord[.gz]) name; use pack folder|table|idx|webdataset|tfrecord"));
     }
   }
   return RunPack(a.args.back(), a.flags, [&](const pack::PackOptions& o, const std::string& out) {
@@ -226,6 +226,15 @@ void RegisterPack(CLI::App& app, int* exit_code) {
       *exit_code = ReportError(
           "pack", Status::InvalidArgument("give a subcommand (folder, table, idx, webdataset, "
                                           "tfrecord) or SOURCE... OUT; see --help"));
+      return;
+    }
+    // `saturate pack ROOT OUT` with an ImageFolder directory: what a new user tries first.
+    if (st->bare.args.size() == 2 && std::filesystem::is_directory(st->bare.args[0]) &&
+        !formats::IsSourcePattern(st->bare.args[0])) {
+      *exit_code = RunPack(st->bare.args[1], st->bare.flags,
+                           [&st](const pack::PackOptions& o, const std::string& out) {
+                             return pack::PackImageFolder(st->bare.args[0], out, o);
+                           });
       return;
     }
     *exit_code = RunSourcePack(st->bare, "");
