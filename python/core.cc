@@ -18,6 +18,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -27,6 +28,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -298,6 +301,154 @@ pack::PackOptions MakePackOptions(uint64_t shard_bytes, int threads, bool force,
   o.reencode_quality = reencode_quality;
   o.keep_jpeg_bytes = keep_jpeg_bytes;
   return o;
+}
+
+// saturate._parquet's records for pack::PackStream: each item of `batches` is
+// (file, first_row, columns, bad): one list per schema field of the rows'
+// values (bytes or str for bytes/image fields, int, float), and {row: message}
+// for the rows that are bad. Pulled with the GIL held, on the packing thread;
+// a Python exception stops the pack and is raised again from pack_stream.
+class PyBatchStream {
+ public:
+  PyBatchStream(nb::iterator batches, std::vector<format::FieldKind> kinds)
+      : batches_(std::move(batches)), kinds_(std::move(kinds)) {}
+
+  Result<bool> Next(pack::StreamRecord* record) {
+    if (pos_ == records_.size()) {
+      records_.clear();
+      pos_ = 0;
+      if (done_) return false;
+      nb::gil_scoped_acquire gil;
+      try {
+        while (records_.empty() && !done_) Pull();
+      } catch (nb::python_error& e) {
+        error_.emplace(std::move(e));
+        return Status::Cancelled("stopped by a Python exception");
+      } catch (const std::exception& e) {
+        return Status::InvalidArgument(std::string("pack_stream: ") + e.what());
+      }
+      if (records_.empty()) return false;
+    }
+    *record = std::move(records_[pos_++]);
+    return true;
+  }
+
+  // Raises the Python exception that stopped the pack, if one did (GIL held).
+  void RaiseIfStopped() {
+    if (!error_) return;
+    nb::python_error e = std::move(*error_);
+    error_.reset();
+    throw std::move(e);
+  }
+
+ private:
+  void Pull() {
+    if (batches_ == nb::iterator::sentinel()) {
+      done_ = true;
+      return;
+    }
+    nb::handle item = *batches_;
+    nb::tuple batch = nb::cast<nb::tuple>(item);
+    const std::string file = nb::cast<std::string>(batch[0]);
+    const uint64_t first_row = nb::cast<uint64_t>(batch[1]);
+    nb::list columns = nb::cast<nb::list>(batch[2]);
+    nb::dict bad = nb::cast<nb::dict>(batch[3]);
+    if (columns.size() != kinds_.size()) {
+      throw std::runtime_error(std::to_string(columns.size()) + " columns for " +
+                               std::to_string(kinds_.size()) + " fields");
+    }
+    const size_t rows = columns.size() ? nb::len(nb::handle(columns[0])) : 0;
+    records_.resize(rows);
+    for (size_t r = 0; r < rows; ++r) {
+      pack::StreamRecord& rec = records_[r];
+      rec.name = file + ": row " + std::to_string(first_row + r);
+      nb::int_ key(r);
+      if (bad.contains(key)) {
+        rec.status = Status::Corruption(rec.name + ": " + nb::cast<std::string>(bad[key]));
+        continue;
+      }
+      rec.fields.resize(kinds_.size());
+      for (size_t c = 0; c < kinds_.size(); ++c) {
+        nb::handle v = nb::borrow<nb::list>(columns[c])[r];
+        std::vector<std::byte>& out = rec.fields[c];
+        switch (kinds_[c]) {
+          case format::FieldKind::kInt64: {
+            const int64_t x = nb::cast<int64_t>(v);
+            const auto* p = reinterpret_cast<const std::byte*>(&x);
+            out.assign(p, p + sizeof(x));
+            break;
+          }
+          case format::FieldKind::kFloat32: {
+            const float x = static_cast<float>(nb::cast<double>(v));
+            const auto* p = reinterpret_cast<const std::byte*>(&x);
+            out.assign(p, p + sizeof(x));
+            break;
+          }
+          default: {
+            const char* data = nullptr;
+            Py_ssize_t size = 0;
+            if (PyBytes_Check(v.ptr())) {
+              data = PyBytes_AS_STRING(v.ptr());
+              size = PyBytes_GET_SIZE(v.ptr());
+            } else if (PyUnicode_Check(v.ptr())) {
+              data = PyUnicode_AsUTF8AndSize(v.ptr(), &size);
+              if (data == nullptr) throw nb::python_error();
+            } else if (!v.is_none()) {
+              throw std::runtime_error(rec.name + ": column " + std::to_string(c) +
+                                       " holds neither bytes nor text");
+            }
+            const auto* p = reinterpret_cast<const std::byte*>(data);
+            out.assign(p, p + size);
+          }
+        }
+      }
+    }
+    ++batches_;
+  }
+
+  nb::iterator batches_;
+  std::vector<format::FieldKind> kinds_;
+  std::vector<pack::StreamRecord> records_;
+  size_t pos_ = 0;
+  bool done_ = false;
+  std::optional<nb::python_error> error_;
+};
+
+nb::dict PackStream(const std::vector<std::pair<std::string, std::string>>& fields,
+                    const std::vector<std::string>& class_names, const std::string& source,
+                    uint64_t records_total, nb::handle batches, const std::string& out,
+                    pack::PackOptions options, nb::object progress) {
+  pack::StreamSpec spec;
+  std::vector<format::FieldKind> kinds;
+  for (const auto& [name, kind] : fields) {
+    spec.schema.fields.push_back({name, ValueOrThrow(format::ParseFieldKind(kind))});
+    kinds.push_back(spec.schema.fields.back().kind);
+  }
+  spec.class_names = class_names;
+  spec.source = source;
+  spec.records_total = records_total;
+  PyBatchStream stream(nb::iter(batches), kinds);
+  // At most ten progress calls a second, and the last one.
+  auto last = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  if (!progress.is_none()) {
+    options.progress = [&](const pack::PackProgress& p) {
+      auto now = std::chrono::steady_clock::now();
+      if (p.items_done < p.items_total && now - last < std::chrono::milliseconds(100)) return;
+      last = now;
+      nb::gil_scoped_acquire gil;
+      try {
+        progress(p.items_done, p.items_total, p.bytes_written);
+      } catch (nb::python_error& e) {
+        e.discard_as_unraisable("saturate.pack progress");
+      }
+    };
+  }
+  Result<pack::PackSummary> summary = WithoutGil([&] {
+    return pack::PackStream(
+        spec, [&](pack::StreamRecord* r) { return stream.Next(r); }, out, options);
+  });
+  stream.RaiseIfStopped();
+  return SummaryDict(ValueOrThrow(std::move(summary)));
 }
 
 nb::dict Verify(const std::string& dataset, size_t max_problems, bool use_mmap) {
@@ -572,6 +723,33 @@ NB_MODULE(_core, m) {
       "sources"_a, "image_key"_a, "label_key"_a, "out"_a, "shard_bytes"_a, "threads"_a, "force"_a,
       "skip_bad"_a, "reencode_max_side"_a, "reencode_quality"_a, "keep_jpeg_bytes"_a);
   m.def("is_source_pattern", &formats::IsSourcePattern, "path"_a);
+  m.def(
+      "pack_stream",
+      [](const std::vector<std::pair<std::string, std::string>>& fields,
+         const std::vector<std::string>& class_names, const std::string& source,
+         uint64_t records_total, nb::handle batches, const std::string& out, uint64_t shard_bytes,
+         int threads, bool force, bool skip_bad, int reencode_max_side, int reencode_quality,
+         bool keep_jpeg_bytes, nb::object progress) {
+        pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, skip_bad,
+                                              reencode_max_side, reencode_quality, keep_jpeg_bytes);
+        return PackStream(fields, class_names, source, records_total, batches, out, o, progress);
+      },
+      "fields"_a, "class_names"_a, "source"_a, "records_total"_a, "batches"_a, "out"_a,
+      "shard_bytes"_a, "threads"_a, "force"_a, "skip_bad"_a, "reencode_max_side"_a,
+      "reencode_quality"_a, "keep_jpeg_bytes"_a, "progress"_a.none() = nb::none());
+  m.def(
+      "pack_hdf5",
+      [](const std::vector<std::string>& files, const std::string& image_key,
+         const std::string& label_key, const std::string& out, uint64_t shard_bytes, int threads,
+         bool force, bool skip_bad, int reencode_max_side, int reencode_quality,
+         bool keep_jpeg_bytes) {
+        pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, skip_bad,
+                                              reencode_max_side, reencode_quality, keep_jpeg_bytes);
+        pack::Hdf5Spec spec{files, image_key, label_key};
+        return RunPack([&] { return pack::PackHdf5(spec, out, o); });
+      },
+      "files"_a, "image_key"_a, "label_key"_a, "out"_a, "shard_bytes"_a, "threads"_a, "force"_a,
+      "skip_bad"_a, "reencode_max_side"_a, "reencode_quality"_a, "keep_jpeg_bytes"_a);
   m.def(
       "pack_idx",
       [](const std::string& images, const std::string& labels,

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional, Sequence, Union
 
-from . import _core
+from . import _core, _parquet
 
 PathLike = Union[str, os.PathLike]
 _TABLE_SUFFIXES = (".csv", ".jsonl", ".ndjson")
+_HDF5_SUFFIXES = (".h5", ".hdf5", ".he5")
 
 
 def _size_bytes(size: Union[int, str]) -> int:
@@ -41,8 +42,9 @@ def pack(
     reencode_max_side: int = 0,
     reencode_quality: int = 90,
     keep_jpeg_bytes: bool = False,
-    image_key: str = "image/encoded",
-    label_key: str = "image/class/label",
+    image_key: Optional[str] = None,
+    label_key: Optional[str] = None,
+    image_column: str = "image",
 ) -> Dict[str, Any]:
     """Packs a dataset into ``out`` and returns a summary dict (records, bytes, shards, ...).
 
@@ -53,7 +55,15 @@ def pack(
       - an MNIST-style IDX images file, with ``labels=`` the IDX labels file;
       - WebDataset tar shards or TFRecord files of tf.Example, by pattern
         (``"laion-{000..009}.tar"``, ``"train-*.tfrecord"``, ``.gz`` too; a list of them), with
-        ``image_key`` / ``label_key`` naming the TFRecord features (docs/formats.md).
+        ``image_key`` / ``label_key`` naming the TFRecord features (default
+        ``image/encoded``, ``image/class/label``; docs/formats.md);
+      - Parquet files (``"train-*.parquet"``, Hugging Face datasets; read with pyarrow,
+        ``pip install 'saturate[parquet]'``), ``image_column`` holding the encoded images
+        (binary, or the struct ``{bytes, path}``), ``label_column`` the labels (``""`` for
+        none), other scalar columns kept as fields;
+      - HDF5 files (``"data.h5"``, ``.hdf5``), ``image_key`` naming the dataset of encoded
+        images or raw uint8 pixels (default ``images``), ``label_key`` the integer labels'
+        (default ``labels``, ``""`` for none).
 
     JPEGs are stored losslessly rewritten with a restart marker per MCU (the same
     pixels, 4–8% more bytes), so that the loader entropy-decodes only the MCUs
@@ -64,9 +74,28 @@ def pack(
     The output appears at ``out`` only when complete; ``force`` replaces an existing
     dataset (never a directory that is not one).
     """
+    many = source if isinstance(source, (list, tuple)) else [source]
+    sources = [os.fspath(s) for s in many]
+    reencode = dict(
+        skip_bad=skip_bad,
+        reencode_max_side=reencode_max_side,
+        reencode_quality=reencode_quality,
+        keep_jpeg_bytes=keep_jpeg_bytes,
+    )
+    if sources and all(_parquet.is_parquet(s) for s in sources):
+        return _parquet.pack_parquet(
+            sources, os.fspath(out), image_column=image_column, label_column=label_column,
+            shard_bytes=_size_bytes(shard_size), threads=threads, force=force, **reencode)
+    if sources and all(s.lower().endswith(_HDF5_SUFFIXES) for s in sources):
+        return _core.pack_hdf5(
+            files=_parquet.expand(sources), image_key="images" if image_key is None else image_key,
+            label_key="labels" if label_key is None else label_key, out=os.fspath(out),
+            shard_bytes=_size_bytes(shard_size), threads=threads, force=force, **reencode)
+    if image_key is None:
+        image_key = "image/encoded"
+    if label_key is None:
+        label_key = "image/class/label"
     if isinstance(source, (list, tuple)) or _core.is_source_pattern(os.fspath(source)):
-        many = source if isinstance(source, (list, tuple)) else [source]
-        sources = [os.fspath(s) for s in many]
         return _core.pack_source(
             sources=sources, image_key=image_key, label_key=label_key, out=os.fspath(out),
             shard_bytes=_size_bytes(shard_size), threads=threads, force=force, skip_bad=skip_bad,
@@ -79,12 +108,6 @@ def pack(
         return _core.pack_idx(
             images=source, labels=os.fspath(labels), class_names=list(class_names), **common
         )
-    reencode = dict(
-        skip_bad=skip_bad,
-        reencode_max_side=reencode_max_side,
-        reencode_quality=reencode_quality,
-        keep_jpeg_bytes=keep_jpeg_bytes,
-    )
     if source.lower().endswith(_TABLE_SUFFIXES):
         return _core.pack_table(
             table=source, path_column=path_column, label_column=label_column, **common, **reencode

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/file.h"
+#include "formats/hdf5.h"
 #include "image/codec.h"
 #include "pack/idx.h"
 #include "pack/staging.h"
@@ -524,6 +525,155 @@ Result<PackSummary> PackSource(const std::vector<std::string>& patterns,
     }
   }
   return run->Finish();
+}
+
+}  // namespace saturate::pack
+
+namespace saturate::pack {
+namespace {
+
+// A stream record whose image fields are checked or re-encoded.
+struct LoadedRecord {
+  StreamRecord record;
+  uint64_t input_bytes = 0;
+};
+
+}  // namespace
+
+Result<PackSummary> PackStream(const StreamSpec& spec,
+                               const std::function<Result<bool>(StreamRecord*)>& next,
+                               const std::string& out, const PackOptions& options) {
+  SATURATE_RETURN_IF_ERROR(spec.schema.Validate());
+  std::vector<size_t> image_fields;
+  for (size_t f = 0; f < spec.schema.fields.size(); ++f) {
+    if (spec.schema.fields[f].kind == FieldKind::kImage) image_fields.push_back(f);
+  }
+  format::WriterOptions wo;
+  wo.class_names = spec.class_names;
+  wo.metadata["source"] = spec.source;
+  SATURATE_ASSIGN_OR_RETURN(auto run,
+                            PackRun::Begin(out, spec.schema, wo, spec.records_total, options));
+  const int threads = ThreadCount(options.threads);
+  // Records are pulled on this thread a window at a time (the reader need not
+  // be thread-safe), then their images are checked on `threads` threads.
+  const size_t window = static_cast<size_t>(threads) * 16;
+  std::vector<StreamRecord> pending;
+  bool more = true;
+  uint64_t pulled = 0;
+  while (more) {
+    pending.clear();
+    while (pending.size() < window) {
+      StreamRecord r;
+      SATURATE_ASSIGN_OR_RETURN(more, next(&r));
+      if (!more) break;
+      ++pulled;
+      if (r.status.ok() && r.fields.size() != spec.schema.fields.size()) {
+        return Status::Internal(r.name + ": " + std::to_string(r.fields.size()) +
+                                " fields for a schema of " +
+                                std::to_string(spec.schema.fields.size()));
+      }
+      pending.push_back(std::move(r));
+    }
+    if (spec.records_total < pulled) run->set_items_total(pulled);
+    auto load = [&](size_t i) {
+      LoadedRecord l;
+      l.record = std::move(pending[i]);
+      if (!l.record.status.ok()) return l;
+      for (const auto& f : l.record.fields) l.input_bytes += f.size();
+      for (size_t f : image_fields) {
+        auto stored = StoredBytes(l.record.fields[f], options);
+        if (!stored.ok()) {
+          l.record.status = stored.status().WithContext(l.record.name + ": field '" +
+                                                        spec.schema.fields[f].name + "'");
+          break;
+        }
+        l.record.fields[f] = std::move(*stored);
+      }
+      return l;
+    };
+    auto sink = [&](size_t, LoadedRecord l) -> Status {
+      if (!l.record.status.ok()) {
+        if (options.skip_bad && l.record.status.code() == StatusCode::kCorruption) {
+          return run->Skip(l.record.status);
+        }
+        return l.record.status;
+      }
+      Fields fields(l.record.fields.begin(), l.record.fields.end());
+      return run->Add(fields, l.input_bytes);
+    };
+    SATURATE_RETURN_IF_ERROR(ForEachOrdered<LoadedRecord>(pending.size(), threads, load, sink));
+  }
+  return run->Finish();
+}
+
+Result<PackSummary> PackHdf5(const Hdf5Spec& spec, const std::string& out,
+                             const PackOptions& options) {
+  if (spec.files.empty()) return Status::InvalidArgument("no input files");
+  formats::Hdf5Options ho{spec.image_key, spec.label_key};
+  // Every file is opened first: the schema and the total come from all of
+  // them, and a bad one fails before anything is written.
+  std::vector<std::unique_ptr<formats::Hdf5File>> files;
+  uint64_t total = 0;
+  for (const std::string& path : spec.files) {
+    SATURATE_ASSIGN_OR_RETURN(auto f, formats::Hdf5File::Open(path, ho));
+    const formats::Hdf5File& first = files.empty() ? *f : *files[0];
+    if (f->image_kind() != first.image_kind() || f->pixel_shape() != first.pixel_shape()) {
+      return Status::InvalidArgument(path + ": dataset '" + spec.image_key +
+                                     "' holds other images than in " + first.path() +
+                                     " (encoded vs raw pixels, or another shape)");
+    }
+    total += f->size();
+    files.push_back(std::move(f));
+  }
+  StreamSpec ss;
+  ss.records_total = total;
+  ss.source = "hdf5:" + spec.files[0] + (spec.files.size() > 1 ? " ..." : "");
+  if (files[0]->image_kind() == formats::Hdf5File::ImageKind::kPixels) {
+    ss.schema.fields.push_back(
+        FieldSpec{"image", FieldKind::kArray, format::DType::kUInt8, files[0]->pixel_shape()});
+  } else {
+    ss.schema.fields.push_back(ImageField());
+  }
+  const bool labels = files[0]->has_labels();
+  if (labels) ss.schema.fields.push_back(LabelField());
+  constexpr uint64_t kChunk = 256;  // rows per libhdf5 read
+  size_t file = 0;
+  uint64_t row = 0, chunk_begin = 0;
+  std::vector<std::vector<std::byte>> chunk;
+  auto next = [&](StreamRecord* r) -> Result<bool> {
+    while (file < files.size() && row >= files[file]->size()) {
+      ++file;
+      row = chunk_begin = 0;
+      chunk.clear();
+    }
+    if (file == files.size()) return false;
+    const formats::Hdf5File& f = *files[file];
+    if (row >= chunk_begin + chunk.size()) {
+      chunk_begin = row;
+      if (!f.ReadImages(row, std::min(kChunk, f.size() - row), &chunk).ok()) {
+        // A chunk libhdf5 cannot read: row by row, so that only bad rows are bad.
+        Status one = f.ReadImages(row, 1, &chunk);
+        if (!one.ok()) {
+          chunk.clear();
+          r->status = one;
+          r->name = f.path() + ": row " + std::to_string(row);
+          chunk_begin = ++row;
+          return true;
+        }
+      }
+    }
+    r->name = f.path() + ": row " + std::to_string(row);
+    r->fields.clear();
+    r->fields.push_back(std::move(chunk[row - chunk_begin]));
+    if (labels) {
+      const int64_t label = f.labels()[row];
+      const auto* p = reinterpret_cast<const std::byte*>(&label);
+      r->fields.emplace_back(p, p + sizeof(label));
+    }
+    ++row;
+    return true;
+  };
+  return PackStream(ss, next, out, options);
 }
 
 }  // namespace saturate::pack

@@ -1,5 +1,7 @@
-// saturate pack folder|table|idx|webdataset|tfrecord: build a dataset from images, a table,
-// IDX files, WebDataset tar shards or TFRecord files (also as `saturate pack SOURCE... OUT`).
+// saturate pack folder|table|idx|webdataset|tfrecord|hdf5: build a dataset from images, a
+// table, IDX files, WebDataset tar shards, TFRecord files or HDF5 files (also as `saturate pack
+// SOURCE... OUT`). Parquet is packed by the Python package's `saturate` command (pyarrow reads
+// it); this tool says so.
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -8,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "formats/pattern.h"
 #include "remote_flags.h"
 #include "saturate/formats/source.h"
 #include "saturate/pack/pack.h"
@@ -182,11 +185,59 @@ void AddSourceFlags(CLI::App* cmd, SourceArgs* a, bool keys) {
   AddCommonFlags(cmd, &a->flags);
 }
 
+bool HasSuffix(const std::string& path, std::initializer_list<std::string_view> suffixes) {
+  std::string lower = path;
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  return std::any_of(suffixes.begin(), suffixes.end(),
+                     [&](std::string_view s) { return lower.ends_with(s); });
+}
+bool IsHdf5Name(const std::string& p) { return HasSuffix(p, {".h5", ".hdf5", ".he5"}); }
+bool IsParquetName(const std::string& p) { return HasSuffix(p, {".parquet", ".parq"}); }
+
+// This binary has no Parquet reader (Arrow C++ is not packaged where it is
+// built); the pip package's `saturate` command packs Parquet with pyarrow.
+int ParquetHint(const std::string& file) {
+  return ReportError(
+      "pack", Status::InvalidArgument(
+                  file + ": Parquet is packed by the Python package, which reads it with pyarrow: "
+                         "run `python -m saturate pack ...` (the pip-installed `saturate` command "
+                         "does) after `pip install 'saturate[parquet]'`"));
+}
+
+// HDF5 files: ARGS is FILE... OUT (patterns expanded by saturate too).
+int RunHdf5Pack(const SourceArgs& a, std::string image_key, std::string label_key) {
+  if (a.args.size() < 2) {
+    return ReportError("pack", Status::InvalidArgument("give FILE... and OUT"));
+  }
+  pack::Hdf5Spec spec;
+  spec.image_key = std::move(image_key);
+  spec.label_key = std::move(label_key);
+  for (auto it = a.args.begin(); it != a.args.end() - 1; ++it) {
+    auto files = formats::ExpandPattern(*it);
+    if (!files.ok()) return ReportError("pack", files.status());
+    spec.files.insert(spec.files.end(), files->begin(), files->end());
+  }
+  return RunPack(a.args.back(), a.flags, [&](const pack::PackOptions& o, const std::string& out) {
+    return pack::PackHdf5(spec, out, o);
+  });
+}
+
 int RunSourcePack(const SourceArgs& a, const std::string& prefix) {
   if (a.args.size() < 2) {
     return ReportError("pack", Status::InvalidArgument("give SOURCE... and OUT"));
   }
   std::vector<std::string> patterns(a.args.begin(), a.args.end() - 1);
+  if (prefix.empty()) {
+    for (const std::string& p : patterns) {
+      if (IsParquetName(p)) return ParquetHint(p);
+    }
+    if (std::all_of(patterns.begin(), patterns.end(), IsHdf5Name)) {
+      // The TFRecord defaults of --image-key / --label-key mean HDF5's own.
+      const formats::SourceOptions tf;
+      return RunHdf5Pack(a, a.source.image_key == tf.image_key ? "images" : a.source.image_key,
+                         a.source.label_key == tf.label_key ? "labels" : a.source.label_key);
+    }
+  }
   for (std::string& p : patterns) {
     if (!prefix.empty() && !p.starts_with(prefix)) p = prefix + p;
     if (prefix.empty() && !formats::IsSourcePattern(p)) {
@@ -204,8 +255,8 @@ int RunSourcePack(const SourceArgs& a, const std::string& prefix) {
 void RegisterPack(CLI::App& app, int* exit_code) {
   CLI::App* pack = app.add_subcommand(
       "pack",
-      "Pack images, a CSV/JSONL table, IDX files, WebDataset tar shards or TFRecord files into a "
-      "saturate dataset");
+      "Pack images, a CSV/JSONL table, IDX files, WebDataset tar shards, TFRecord or HDF5 files "
+      "into a saturate dataset (Parquet: the Python package's `saturate pack`)");
   pack->require_subcommand(0, 1);
 
   // Flag storage, kept alive by the callbacks that the App owns.
@@ -214,7 +265,7 @@ void RegisterPack(CLI::App& app, int* exit_code) {
     std::string folder_in, folder_out, table_in, table_out, idx_images, idx_labels, idx_out,
         idx_classes;
     pack::TableSpec table_spec;
-    SourceArgs bare, wds, tf;
+    SourceArgs bare, wds, tf, h5, parquet;
   };
   auto st = std::make_shared<State>();
 
@@ -225,7 +276,7 @@ void RegisterPack(CLI::App& app, int* exit_code) {
     if (st->bare.args.empty()) {
       *exit_code = ReportError(
           "pack", Status::InvalidArgument("give a subcommand (folder, table, idx, webdataset, "
-                                          "tfrecord) or SOURCE... OUT; see --help"));
+                                          "tfrecord, hdf5) or SOURCE... OUT; see --help"));
       return;
     }
     // `saturate pack ROOT OUT` with an ImageFolder directory: what a new user tries first.
@@ -253,6 +304,36 @@ void RegisterPack(CLI::App& app, int* exit_code) {
       "train-00000-of-01024");
   AddSourceFlags(tf, &st->tf, /*keys=*/true);
   tf->callback([exit_code, st] { *exit_code = RunSourcePack(st->tf, "tfrecord:"); });
+
+  CLI::App* h5 = pack->add_subcommand(
+      "hdf5",
+      "From HDF5 files (.h5, .hdf5): a dataset of encoded images (vlen uint8, bytes, opaque) or "
+      "of raw uint8 pixels (N,H,W[,C]), and a dataset of integer labels");
+  h5->add_option("ARGS", st->h5.args,
+                 "FILE... OUT: input files or patterns ('train-*.h5'), then the output dataset "
+                 "directory");
+  st->h5.source.image_key = "images";
+  st->h5.source.label_key = "labels";
+  h5->add_option("--image-key", st->h5.source.image_key,
+                 "The images' dataset (a path in the file, e.g. train/images)")
+      ->capture_default_str();
+  h5->add_option("--label-key", st->h5.source.label_key,
+                 "The integer labels' dataset ('' for none)")
+      ->capture_default_str();
+  AddCommonFlags(h5, &st->h5.flags);
+  h5->callback([exit_code, st] {
+    *exit_code = RunHdf5Pack(st->h5, st->h5.source.image_key, st->h5.source.label_key);
+  });
+
+  CLI::App* parquet = pack->add_subcommand(
+      "parquet",
+      "From Parquet files (Hugging Face datasets): run by the Python package's `saturate` "
+      "command, which reads them with pyarrow (pip install 'saturate[parquet]')");
+  parquet->allow_extras();
+  parquet->callback([parquet, exit_code] {
+    auto rest = parquet->remaining();
+    *exit_code = ParquetHint(rest.empty() ? std::string("parquet") : rest.front());
+  });
 
   CLI::App* folder = pack->add_subcommand(
       "folder", "From a torchvision ImageFolder tree: ROOT/<class>/<image>.{jpg,png}");

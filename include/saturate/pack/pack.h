@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "saturate/base/status.h"
+#include "saturate/format/schema.h"
 
 namespace saturate::formats {
 struct SourceOptions;
@@ -102,6 +103,42 @@ Result<PackSummary> PackIdx(const IdxSpec& spec, const std::string& out,
 Result<PackSummary> PackSource(const std::vector<std::string>& patterns,
                                const formats::SourceOptions& source, const std::string& out,
                                const PackOptions& options);
+
+// Samples handed over one at a time, by a reader saturate does not own the
+// format of: HDF5 files here (PackHdf5), Parquet through the Python binding
+// (pyarrow reads, saturate._parquet). `next` fills one record and returns
+// true, false at the end, or an error that stops the pack. Image fields
+// (kind kImage) are checked, re-encoded and restart-marked as for
+// PackImageFolder, on `options.threads` threads; a record whose `status` is
+// not OK, or whose image does not decode, fails the pack naming `name` and
+// the field, or is skipped under skip_bad when it is a Corruption.
+struct StreamRecord {
+  std::vector<std::vector<std::byte>> fields;  // one payload per schema field, in order
+  std::string name;                            // "FILE: row 12", for errors and skip notes
+  Status status;                               // not OK: this sample is bad
+};
+struct StreamSpec {
+  format::Schema schema;
+  std::vector<std::string> class_names;
+  std::string source;          // the manifest's "source" metadata, e.g. "hdf5:a.h5"
+  uint64_t records_total = 0;  // for the progress bar; 0 when unknown
+};
+Result<PackSummary> PackStream(const StreamSpec& spec,
+                               const std::function<Result<bool>(StreamRecord*)>& next,
+                               const std::string& out, const PackOptions& options);
+
+// HDF5 files (formats/hdf5.h): a dataset of encoded images (variable-length
+// uint8, byte strings or opaque values, one per sample) becomes the image
+// field `image`, or one of raw uint8 pixels (N,H,W) or (N,H,W,C) a uint8
+// array field `image` (as PackIdx); an integer dataset of N labels the int64
+// field `label`. Several files are packed in order and must agree.
+struct Hdf5Spec {
+  std::vector<std::string> files;
+  std::string image_key = "images";  // the images' dataset (a path in the file)
+  std::string label_key = "labels";  // the labels' dataset ("" for none)
+};
+Result<PackSummary> PackHdf5(const Hdf5Spec& spec, const std::string& out,
+                             const PackOptions& options);
 
 }  // namespace saturate::pack
 
