@@ -291,5 +291,53 @@ TEST_F(PackTest, IdxBecomesFixedShapeArrays) {
   EXPECT_FALSE(fs::exists(Out("swapped")));
 }
 
+TEST_F(PackTest, StreamChecksImagesAndSkipsBadRecordsInOrder) {
+  // Records 0..9 with label i; record 3 is marked bad by its reader, record 6's
+  // image does not decode.
+  auto make_next = [](int* i) {
+    return [i](StreamRecord* r) -> Result<bool> {
+      if (*i == 10) return false;
+      const int64_t label = *i;
+      r->name = "src: row " + std::to_string(*i);
+      if (*i == 3) {
+        r->status = Status::Corruption(r->name + ": column 'image': no image (null)");
+      } else {
+        std::vector<std::byte> image = MakeJpeg(24, 16, *i);
+        if (*i == 6) image.resize(image.size() / 2);
+        const auto* p = reinterpret_cast<const std::byte*>(&label);
+        r->fields = {image, std::vector<std::byte>(p, p + sizeof(label))};
+      }
+      ++*i;
+      return true;
+    };
+  };
+  StreamSpec spec;
+  spec.schema =
+      format::Schema{{{"image", format::FieldKind::kImage}, {"label", format::FieldKind::kInt64}}};
+  spec.source = "test";
+  spec.records_total = 10;
+  int i = 0;
+  auto failed = PackStream(spec, make_next(&i), Out(), {});
+  EXPECT_TRUE(testing::HasError(failed.status(), StatusCode::kCorruption, {"src: row 3"}));
+  EXPECT_FALSE(fs::exists(Out()));
+
+  PackOptions options;
+  options.skip_bad = true;
+  options.threads = 3;
+  i = 0;
+  SATURATE_ASSERT_OK_AND_ASSIGN(PackSummary s, PackStream(spec, make_next(&i), Out(), options));
+  EXPECT_EQ(s.records, 8u);
+  EXPECT_EQ(s.skipped, 2u);
+  ASSERT_EQ(s.skip_notes.size(), 2u);
+  EXPECT_NE(s.skip_notes[1].find("src: row 6: field 'image'"), std::string::npos);
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto ds, format::Dataset::Open(Out()));
+  std::vector<int64_t> labels;
+  for (uint64_t r = 0; r < ds->size(); ++r) {
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto rec, ds->Get(r));
+    labels.push_back(rec.int64_at(1));
+  }
+  EXPECT_EQ(labels, (std::vector<int64_t>{0, 1, 2, 4, 5, 7, 8, 9}));
+}
+
 }  // namespace
 }  // namespace saturate::pack
