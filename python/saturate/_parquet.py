@@ -238,7 +238,14 @@ def _batches(pa, files, plan, class_ids) -> Iterator[tuple]:
             plan.check_file(pa, path, pf.schema_arrow)
         base = os.path.dirname(path)
         row = 0
-        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=plan.columns()):
+        batches = pf.iter_batches(batch_size=BATCH_ROWS, columns=plan.columns())
+        while True:
+            try:
+                batch = next(batches, None)
+            except pa.ArrowException as e:  # a file that breaks while it is read
+                raise CorruptionError(f"{path}: rows from {row}: {e}") from e
+            if batch is None:
+                break
             n = batch.num_rows
             bad: Dict[int, str] = {}
             images = []
@@ -322,16 +329,13 @@ def pack_parquet(
         class_names = _hf_class_names(first.schema_arrow, plan.label_column)
     fields = [("image", "image")] + ([("label", "int64")] if plan.label_column else [])
     fields += plan.extras
-    try:
-        summary = _core.pack_stream(
-            fields=fields, class_names=class_names,
-            source="parquet:" + files[0] + (" ..." if len(files) > 1 else ""),
-            records_total=total, batches=_batches(pa, files, plan, class_ids), out=out,
-            shard_bytes=shard_bytes, threads=threads, force=force, skip_bad=skip_bad,
-            reencode_max_side=reencode_max_side, reencode_quality=reencode_quality,
-            keep_jpeg_bytes=keep_jpeg_bytes, progress=progress)
-    except pa.ArrowException as e:  # a file that breaks while it is read
-        raise CorruptionError(f"Parquet: {e}") from e
+    summary = _core.pack_stream(
+        fields=fields, class_names=class_names,
+        source="parquet:" + files[0] + (" ..." if len(files) > 1 else ""),
+        records_total=total, batches=_batches(pa, files, plan, class_ids), out=out,
+        shard_bytes=shard_bytes, threads=threads, force=force, skip_bad=skip_bad,
+        reencode_max_side=reencode_max_side, reencode_quality=reencode_quality,
+        keep_jpeg_bytes=keep_jpeg_bytes, progress=progress)
     summary["ignored_columns"] = plan.ignored
     return summary
 
@@ -421,6 +425,11 @@ def main(argv: Sequence[str]) -> int:
     except ValueError as e:
         print(f"saturate pack: invalid_argument: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if bar:
+            bar.finish()
+        print("saturate pack: cancelled", file=sys.stderr)
+        return 130
     if bar:
         bar.finish()
     if a.json:
