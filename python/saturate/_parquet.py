@@ -160,7 +160,7 @@ class _Plan:
             if kind is None:
                 self.ignored.append(name)
                 continue
-            if name in ("image", "label"):
+            if name == "image" or (name == "label" and self.label_column):
                 raise InvalidArgumentError(
                     f"{path}: column '{name}' clashes with the field pack creates from "
                     f"'{image_column if name == 'image' else label_column}'; rename it")
@@ -231,11 +231,8 @@ def _batches(pa, files, plan, class_ids) -> Iterator[tuple]:
     """(file, first_row, columns, bad) per record batch, as _core.pack_stream takes them."""
     import pyarrow.parquet as pq
 
-    kinds = dict(plan.extras)
     for path in files:
         pf = pq.ParquetFile(path)
-        if path != files[0]:
-            plan.check_file(pa, path, pf.schema_arrow)
         base = os.path.dirname(path)
         row = 0
         batches = pf.iter_batches(batch_size=BATCH_ROWS, columns=plan.columns())
@@ -310,11 +307,13 @@ def pack_parquet(
         raise CorruptionError(f"{files[0]}: not a readable Parquet file: {e}") from e
     plan = _Plan(pa, files[0], first.schema_arrow, image_column, label_column)
     total = 0
-    for path in files:
+    for path in files:  # every file checked before anything is written
         try:
-            total += pq.ParquetFile(path).metadata.num_rows
+            pf = pq.ParquetFile(path)
         except pa.ArrowException as e:
             raise CorruptionError(f"{path}: not a readable Parquet file: {e}") from e
+        plan.check_file(pa, path, pf.schema_arrow)
+        total += pf.metadata.num_rows
     class_names: List[str] = []
     class_ids: Dict[str, int] = {}
     if plan.label_column and plan.label_text:

@@ -30,8 +30,8 @@ def need(module):
     (scripts/python-env.sh installs it there), where its absence fails."""
     if os.environ.get("CI"):
         return importlib.import_module(module)
-    return pytest.importorskip(module, reason=f"{module} is not installed here "
-                                              "(scripts/python-env.sh installs it; CI must have it)")
+    why = f"{module} is not installed here (scripts/python-env.sh installs it; CI must have it)"
+    return pytest.importorskip(module, reason=why)
 
 
 pa = need("pyarrow")
@@ -210,6 +210,15 @@ def test_parquet_wrong_column_type_and_missing_column(tmp_path):
     with pytest.raises(saturate.errors.CorruptionError, match="column 'label' is double"):
         saturate.pack(floats, str(tmp_path / "b.sat"))
     assert not os.path.exists(tmp_path / "a.sat") and not os.path.exists(tmp_path / "b.sat")
+
+    # Every file must match the first; the second is checked before anything is written.
+    write_parquet(str(tmp_path / "g-0.parquet"), 0, 2)
+    pq.write_table(pa.table({"image": ["text"], "label": [1], "caption": ["c"], "score": [0.5],
+                             "tags": [["a"]]}), str(tmp_path / "g-1.parquet"))
+    with pytest.raises(saturate.errors.CorruptionError, match="g-1.parquet: column 'image' is "
+                                                              "string"):
+        saturate.pack(str(tmp_path / "g-*.parquet"), str(tmp_path / "g.sat"))
+    assert not os.path.exists(tmp_path / "g.sat")
 
     junk = tmp_path / "junk.parquet"
     junk.write_bytes(b"PAR1 but not really a Parquet file")
