@@ -28,7 +28,7 @@ import pytest
 
 import saturate
 import saturate.errors
-from conftest import make_photo_folder, saturate_cmd, write_idx
+from conftest import free_port, make_photo_folder, saturate_cmd, write_idx
 
 KEY, SECRET = "saturatetestkey", "saturatetestsecret"
 BUCKET = "saturate-test"
@@ -429,3 +429,55 @@ def test_server_killed_and_restarted_mid_epoch(s3, folder, tmp_path):
     # those records itself, which the comparison above checks.
     assert stats["remote_retries"] > 0
     assert collections.Counter(got.tolist()) == collections.Counter(want.tolist())
+
+
+WATCHED_READER = """
+import os, sys, time, saturate
+loader = saturate.Loader(sys.argv[1], 8, framework="numpy", threads=1,
+                         cache_dir=sys.argv[2], transforms={"image": sys.argv[3]})
+deadline = time.time() + 60
+while time.time() < deadline and not os.path.exists(sys.argv[4]):
+    for batch in loader:
+        time.sleep(0.02)
+    # A new loader, as after a restart: its blocks come from the cache directory.
+    loader = saturate.Loader(sys.argv[1], 8, framework="numpy", threads=1,
+                             cache_dir=sys.argv[2], transforms={"image": sys.argv[3]})
+"""
+
+
+def test_watch_serves_the_loaders_remote_counters_to_prometheus(s3, folder, tmp_path):
+    """`saturate watch --prometheus` on an unmodified reader of an s3:// dataset: the loader's
+    bytes fetched, requests, cache hits and in-flight requests appear on /metrics."""
+    url = packed(folder, f"s3://{BUCKET}/photos")
+    port, stop = free_port(), str(tmp_path / "stop")
+    watch = subprocess.Popen(
+        [*saturate_cmd(), "watch", "-q", "--no-gpu", "--prometheus", str(port),
+         "--out", str(tmp_path / "run"), "--", sys.executable, "-c", WATCHED_READER, url,
+         str(tmp_path / "cache"), TRANSFORM, stop],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = {}
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and watch.poll() is None:
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+                text = page.read().decode()
+            except OSError:
+                text = ""
+            metrics = {line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+                       for line in text.splitlines() if line.startswith("saturate_")}
+            if metrics.get("saturate_remote_cache_hits_total", 0) > 0:
+                break  # a second epoch read from the cache
+            time.sleep(0.5)
+    finally:
+        open(stop, "w").close()
+        out, err = watch.communicate(timeout=60)
+    assert watch.returncode == 0, err
+    size = json.loads(cli("inspect", url, "--json").stdout)["bytes"]
+    assert metrics.get("saturate_remote_fetched_bytes_total", 0) >= size, (metrics, err)
+    assert metrics["saturate_remote_requests_total"] > 0, metrics
+    assert metrics["saturate_remote_cache_hits_total"] > 0, metrics
+    assert metrics["saturate_remote_cache_misses_total"] > 0
+    assert 0 < metrics["saturate_remote_cache_hit_ratio"] < 1
+    assert "saturate_remote_in_flight_requests" in metrics
+    assert metrics["saturate_loader_samples_total"] >= 48

@@ -381,6 +381,7 @@ class Loader::Impl {
                                             {"remote_errors", i(r.errors)},
                                             {"remote_cache_hits", i(r.cache_hits)},
                                             {"remote_cache_misses", i(r.cache_misses)},
+                                            {"remote_in_flight", i(r.in_flight)},
                                             {"remote_concurrent_requests", limit}});
   }
 

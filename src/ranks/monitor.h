@@ -55,6 +55,12 @@ struct RankProgress {
   uint64_t file_bytes = 0;        // its spans files together
   std::string stacks_path;        // where SIGUSR2 makes it dump its stacks ("": no dumper)
   bool missing = false;           // no spans file yet (a placeholder from the world size)
+  // The latest "loader" and "loader_remote" counters records of its
+  // processes' loaders ("samples", "wait_ns", "remote_bytes_fetched", ...;
+  // docs/trace.md): totals summed over loaders, closed ones included; gauges
+  // ("threads", "remote_in_flight", ...) of the loader that reported last.
+  // Empty: no traced loader.
+  std::map<std::string, int64_t> loader_counters;
 };
 
 // One Python frame of a stack dump, innermost first in a stack.

@@ -99,10 +99,18 @@ int64_t UnixNowNs() {
       .count();
 }
 
+// A loader's values that are levels now, not totals so far.
+bool IsLoaderGauge(const std::string& key) {
+  return key == "threads" || key == "prefetch" || key == "batch_size" ||
+         key == "remote_in_flight" || key == "remote_concurrent_requests";
+}
+
 }  // namespace
 
-RankScanner::RankScanner(std::string run_dir, uint64_t max_read_bytes)
-    : run_dir_(std::move(run_dir)), max_read_bytes_(max_read_bytes) {}
+RankScanner::RankScanner(std::string run_dir, uint64_t max_read_bytes, bool root_as_rank0)
+    : run_dir_(std::move(run_dir)),
+      max_read_bytes_(max_read_bytes),
+      root_as_rank0_(root_as_rank0) {}
 
 void RankScanner::Line(std::string_view line, File* f) {
   switch (PhaseOf(line)) {
@@ -137,10 +145,28 @@ void RankScanner::Line(std::string_view line, File* f) {
       return;
     }
     case 'C':
-      if (line.find("\"name\":\"exit\"") != std::string_view::npos) f->exited = true;
+      if (line.find("\"name\":\"exit\"") != std::string_view::npos) {
+        f->exited = true;
+      } else if (line.find("\"name\":\"loader") != std::string_view::npos) {
+        LoaderCounters(line, f);
+      }
       return;
     default:
       return;
+  }
+}
+
+// A "loader" or "loader_remote" record: {"args": {"loader_id": N, ...}}.
+void RankScanner::LoaderCounters(std::string_view line, File* f) {
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("args") || !j["args"].is_object()) return;
+  const std::string name = JsonValueOr(j, "name", std::string());
+  if (name != "loader" && name != "loader_remote") return;
+  const nlohmann::json& args = j["args"];
+  File::Loader& loader = f->loaders[JsonValueOr(args, "loader_id", int64_t{0})];
+  loader.ts_ns = std::max(loader.ts_ns, JsonValueOr(j, "ts_ns", int64_t{0}));
+  for (const auto& [key, value] : args.items()) {
+    if (key != "loader_id" && value.is_number_integer()) loader.values[key] = value.get<int64_t>();
   }
 }
 
@@ -197,7 +223,9 @@ void RankScanner::Read(File* f, const std::string& path) {
 }
 
 std::vector<RankProgress> RankScanner::Scan() {
-  for (const auto& [rank, dir] : RankDirs(run_dir_)) {
+  std::vector<std::pair<int, std::string>> dirs = RankDirs(run_dir_);
+  if (dirs.empty() && root_as_rank0_) dirs.emplace_back(0, run_dir_);
+  for (const auto& [rank, dir] : dirs) {
     std::error_code ec;
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string name = it->path().filename().string();
@@ -221,12 +249,24 @@ std::vector<RankProgress> RankScanner::Scan() {
   };
   std::map<int, std::map<int, Proc>> procs;
   std::map<int, RankProgress> ranks;
+  std::map<int, int64_t> latest_loader_ns;
   for (const auto& [path, f] : files_) {
     RankProgress& r = ranks[f.rank];
     r.rank = f.rank;
     r.world_size = std::max(r.world_size, f.world_size);
     if (r.host.empty()) r.host = f.host;
     r.file_bytes += f.size;
+    for (const auto& [id, loader] : f.loaders) {
+      for (const auto& [key, value] : loader.values) {
+        if (!IsLoaderGauge(key)) r.loader_counters[key] += value;
+      }
+      if (loader.ts_ns >= latest_loader_ns[f.rank]) {
+        latest_loader_ns[f.rank] = loader.ts_ns;
+        for (const auto& [key, value] : loader.values) {
+          if (IsLoaderGauge(key)) r.loader_counters[key] = value;
+        }
+      }
+    }
     Proc& p = procs[f.rank][f.pid];
     p.dir = f.dir;
     p.step_marks = std::max(p.step_marks, f.step_marks);

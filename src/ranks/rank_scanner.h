@@ -34,7 +34,10 @@ class RankScanner {
  public:
   // Reads at most `max_read_bytes` of one file per Scan (a large backlog is
   // read over several scans).
-  explicit RankScanner(std::string run_dir, uint64_t max_read_bytes = 16 << 20);
+  // With `root_as_rank0`, a run without rank folders (one process, not a
+  // launcher's ranks) has its RUN/spans-*.jsonl followed as rank 0.
+  explicit RankScanner(std::string run_dir, uint64_t max_read_bytes = 16 << 20,
+                       bool root_as_rank0 = false);
 
   // Every rank seen so far, by rank, with what its files gained since the
   // last Scan. `alive` is left true: only the caller knows which pids are
@@ -60,12 +63,20 @@ class RankScanner {
     int64_t last_step = 0;
     int64_t last_step_ns = 0;  // CLOCK_MONOTONIC of its host
     bool exited = false;
+    // loader_id -> the latest values of its counters records.
+    struct Loader {
+      int64_t ts_ns = 0;
+      std::map<std::string, int64_t> values;
+    };
+    std::map<int64_t, Loader> loaders;
   };
   void Read(File* file, const std::string& path);
   void Line(std::string_view line, File* file);
+  static void LoaderCounters(std::string_view line, File* file);
 
   std::string run_dir_;
   uint64_t max_read_bytes_;
+  bool root_as_rank0_;
   uint64_t bytes_read_ = 0;
   std::map<std::string, File> files_;  // by path
 };

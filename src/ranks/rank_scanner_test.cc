@@ -132,6 +132,53 @@ TEST(RankScannerTest, FindsRankFoldersInsideNodeFoldersAndIgnoresOthers) {
   EXPECT_TRUE(RankScanner(dir.Join("nowhere")).Scan().empty());
 }
 
+std::string Counters(int pid, const std::string& name, int loader_id, const std::string& args) {
+  return "{\"ph\":\"C\",\"name\":\"" + name +
+         "\",\"ts_ns\":1000000000000,\"pid\":" + std::to_string(pid) +
+         ",\"tid\":1,\"args\":{\"loader_id\":" + std::to_string(loader_id) + "," + args + "}}\n";
+}
+
+TEST(RankScannerTest, KeepsTheLatestLoaderCountersSummedOverLoaders) {
+  testing::TempDir dir;
+  const std::string r0 = dir.Join("rank-0/spans-100.jsonl");
+  Append(r0, Meta(100, 0, "a", false) +
+                 Counters(100, "loader", 0, "\"samples\":64,\"wait_ns\":5000") +
+                 Counters(100, "loader_remote", 0, "\"remote_bytes_fetched\":1000"));
+  RankScanner scanner(dir.path());
+  std::vector<RankProgress> ranks = scanner.Scan();
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0].loader_counters.at("samples"), 64);
+  EXPECT_EQ(ranks[0].loader_counters.at("remote_bytes_fetched"), 1000);
+  EXPECT_EQ(ranks[0].loader_counters.count("loader_id"), 0u);
+  // A later record of loader 0 replaces its values; a second loader adds to them.
+  Append(r0, Counters(100, "loader", 0, "\"samples\":128,\"wait_ns\":6000,\"threads\":2") +
+                 Counters(100, "loader", 1, "\"samples\":10,\"wait_ns\":1,\"threads\":3") +
+                 Counters(100, "loader_remote", 0, "\"remote_bytes_fetched\":3000"));
+  ranks = scanner.Scan();
+  EXPECT_EQ(ranks[0].loader_counters.at("samples"), 138);
+  EXPECT_EQ(ranks[0].loader_counters.at("wait_ns"), 6001);
+  EXPECT_EQ(ranks[0].loader_counters.at("remote_bytes_fetched"), 3000);
+  // A level is not summed: the loader that reported last (same time: the later id).
+  EXPECT_EQ(ranks[0].loader_counters.at("threads"), 3);
+}
+
+TEST(RankScannerTest, FollowsAOneProcessRunAsRankZeroOnlyWhenAsked) {
+  testing::TempDir dir;
+  Append(dir.Join("spans-1.jsonl"), Meta(1, 0, "a", false) + Step(1, 1, 1000 * kS) +
+                                        Counters(1, "loader", 0, "\"samples\":32"));
+  EXPECT_TRUE(RankScanner(dir.path()).Scan().empty());
+  std::vector<RankProgress> ranks = RankScanner(dir.path(), 16 << 20, true).Scan();
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0].rank, 0);
+  EXPECT_EQ(ranks[0].step_marks, 1);
+  EXPECT_EQ(ranks[0].loader_counters.at("samples"), 32);
+  // With rank folders, files in RUN itself are not a rank.
+  Append(dir.Join("rank-1/spans-2.jsonl"), Meta(2, 1, "a", false));
+  ranks = RankScanner(dir.path(), 16 << 20, true).Scan();
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0].rank, 1);
+}
+
 TEST(StacksTest, ReadsOnlyTheNewDumpWithSourceLines) {
   testing::TempDir dir;
   const std::string script = dir.Join("job.py");

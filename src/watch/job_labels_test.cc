@@ -101,5 +101,36 @@ TEST(JobLabelsTest, PrometheusPageLabelsOnlyTheJobsGpus) {
       << page;
 }
 
+TEST(JobLabelsTest, LoaderSeriesPerRankInTheirUnits) {
+  const std::map<int, std::map<std::string, int64_t>> by_rank = {
+      {0,
+       {{"samples", 640},
+        {"wait_ns", 1'500'000'000},
+        {"remote_cache_hits", 3},
+        {"remote_cache_misses", 1},
+        {"remote_in_flight", 8}}},
+      {1, {{"samples", 600}}},
+  };
+  const std::string page = LoaderPrometheus({{"Hostname", "n"}}, by_rank);
+  EXPECT_NE(page.find("# TYPE saturate_loader_samples_total counter\n"
+                      "saturate_loader_samples_total{Hostname=\"n\",rank=\"0\"} 640\n"
+                      "saturate_loader_samples_total{Hostname=\"n\",rank=\"1\"} 600\n"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("saturate_loader_wait_seconds_total{Hostname=\"n\",rank=\"0\"} 1.5\n"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("# TYPE saturate_remote_in_flight_requests gauge\n"
+                      "saturate_remote_in_flight_requests{Hostname=\"n\",rank=\"0\"} 8\n"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("saturate_remote_cache_hit_ratio{Hostname=\"n\",rank=\"0\"} 0.75\n"),
+            std::string::npos)
+      << page;
+  // Neither rank has these: no family at all, not an empty one.
+  EXPECT_EQ(page.find("saturate_remote_errors_total"), std::string::npos) << page;
+  EXPECT_EQ(LoaderPrometheus({}, {}), "");
+}
+
 }  // namespace
 }  // namespace saturate::watch

@@ -240,6 +240,73 @@ std::string JobProgressPrometheus(const Labels& host_labels, int64_t steps, bool
   return page.text();
 }
 
+std::string LoaderPrometheus(const Labels& host_labels,
+                             const std::map<int, std::map<std::string, int64_t>>& by_rank) {
+  struct Metric {
+    const char* key;  // in the counters records (docs/trace.md)
+    const char* name;
+    const char* type;
+    double scale;  // to the family's unit
+    const char* help;
+  };
+  static constexpr Metric kMetrics[] = {
+      {"samples", "saturate_loader_samples_total", "counter", 1, "Samples the loaders produced."},
+      {"batches_delivered", "saturate_loader_batches_total", "counter", 1,
+       "Batches the loaders handed to training."},
+      {"wait_ns", "saturate_loader_wait_seconds_total", "counter", 1e-9,
+       "Time training waited for the loaders' next batch."},
+      {"read_ns", "saturate_loader_read_seconds_total", "counter", 1e-9,
+       "Loader thread time reading records."},
+      {"decode_ns", "saturate_loader_decode_seconds_total", "counter", 1e-9,
+       "Loader thread time decoding."},
+      {"threads", "saturate_loader_threads", "gauge", 1, "Loader worker threads now."},
+      {"remote_requests", "saturate_remote_requests_total", "counter", 1,
+       "Object-store/HTTP requests completed, retries included."},
+      {"remote_bytes_fetched", "saturate_remote_fetched_bytes_total", "counter", 1,
+       "Bytes fetched from the object store or HTTP server."},
+      {"remote_request_ns", "saturate_remote_request_seconds_total", "counter", 1e-9,
+       "Time spent in requests (divide by requests for the mean latency)."},
+      {"remote_in_flight", "saturate_remote_in_flight_requests", "gauge", 1,
+       "Requests running now."},
+      {"remote_retries", "saturate_remote_retries_total", "counter", 1, "Requests retried."},
+      {"remote_errors", "saturate_remote_errors_total", "counter", 1,
+       "Requests that failed for good."},
+      {"remote_cache_hits", "saturate_remote_cache_hits_total", "counter", 1,
+       "Blocks read from the local cache directory."},
+      {"remote_cache_misses", "saturate_remote_cache_misses_total", "counter", 1,
+       "Blocks fetched because the cache lacked them."},
+  };
+  PrometheusText page;
+  auto labels = [&](int rank) {
+    return MergeLabels(host_labels, {{"rank", std::to_string(rank)}});
+  };
+  for (const Metric& m : kMetrics) {
+    bool started = false;
+    for (const auto& [rank, values] : by_rank) {
+      const auto it = values.find(m.key);
+      if (it == values.end()) continue;
+      if (!started) page.Family(m.name, m.type, m.help);
+      started = true;
+      page.Sample(labels(rank), double(it->second) * m.scale);
+    }
+  }
+  // The ratio a dashboard wants, from the two counters.
+  bool started = false;
+  for (const auto& [rank, values] : by_rank) {
+    const auto hits = values.find("remote_cache_hits"), misses = values.find("remote_cache_misses");
+    if (hits == values.end() || misses == values.end() || hits->second + misses->second == 0) {
+      continue;
+    }
+    if (!started) {
+      page.Family("saturate_remote_cache_hit_ratio", "gauge",
+                  "Cache hits / (hits + misses) since the loader opened.");
+    }
+    started = true;
+    page.Sample(labels(rank), double(hits->second) / double(hits->second + misses->second));
+  }
+  return page.text();
+}
+
 Labels HostLabels(const std::string& hostname, const JobLabels& job) {
   return MergeLabels({{"Hostname", hostname}}, job.labels);
 }

@@ -8,6 +8,7 @@
 #define SATURATE_WATCH_SNAPSHOT_H_
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -52,6 +53,13 @@ std::string SnapshotPrometheus(const Snapshot& s, const std::vector<GpuDeviceInf
 // followed from its step marks (a multi-rank job's hang watch), labelled as
 // the host series.
 std::string JobProgressPrometheus(const Labels& host_labels, int64_t steps, bool stalled);
+
+// saturate_loader_* and saturate_remote_*: each rank's traced saturate
+// loaders, from the latest "loader" / "loader_remote" counters records of its
+// spans files (rank -> key -> value, summed over its loaders; docs/watch.md),
+// labelled as the host series plus "rank". A key a rank lacks is left out.
+std::string LoaderPrometheus(const Labels& host_labels,
+                             const std::map<int, std::map<std::string, int64_t>>& by_rank);
 
 // {Hostname, the job's labels}: the labels of the host, process-tree and
 // job series (saturate_job_* too, which the watch command adds).

@@ -9,7 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 
 #include "cli.h"
 #include "job/runner.h"
@@ -149,6 +152,44 @@ void AddCommonWatchFlags(CLI::App* cmd, WatchFlags* f) {
       ->capture_default_str();
 }
 
+// The loaders' series of the metrics page (saturate_loader_*, saturate_remote_*):
+// the job's spans files followed once a second on the watch loop's thread,
+// the page fragment handed to the endpoint's thread.
+class LoaderMetrics {
+ public:
+  // `run_dir` "": none (no page, no scans).
+  LoaderMetrics(const std::string& run_dir, watch::Labels host_labels)
+      : host_labels_(std::move(host_labels)) {
+    if (!run_dir.empty()) {
+      scanner_.emplace(run_dir, /*max_read_bytes=*/16 << 20, /*root_as_rank0=*/true);
+    }
+  }
+
+  void Poll(std::chrono::steady_clock::time_point now) {
+    if (!scanner_ || now < next_scan_) return;
+    next_scan_ = now + std::chrono::seconds(1);
+    std::map<int, std::map<std::string, int64_t>> by_rank;
+    for (ranks::RankProgress& r : scanner_->Scan()) {
+      if (!r.loader_counters.empty()) by_rank[r.rank] = std::move(r.loader_counters);
+    }
+    std::string page = watch::LoaderPrometheus(host_labels_, by_rank);
+    std::lock_guard<std::mutex> lock(mu_);
+    page_ = std::move(page);
+  }
+
+  std::string page() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return page_;
+  }
+
+ private:
+  watch::Labels host_labels_;
+  std::optional<ranks::RankScanner> scanner_;
+  std::chrono::steady_clock::time_point next_scan_;
+  mutable std::mutex mu_;
+  std::string page_;
+};
+
 Status RunWatched(const std::string& name, WatchFlags f, int* exit_code, std::string* run_dir) {
   if (f.out.empty() && !f.no_record) f.out = DefaultRunDir(name);
   SATURATE_ASSIGN_OR_RETURN(job::JobOptions options, MakeOptions(f));
@@ -163,16 +204,17 @@ Status RunWatched(const std::string& name, WatchFlags f, int* exit_code, std::st
   std::atomic<int64_t> steps{0};
   std::atomic<bool> stalled{false};
   std::unique_ptr<watch::MetricsServer> server;
+  LoaderMetrics loaders(f.prometheus.empty() ? "" : options.run_dir, watcher.HostLabels());
   if (!f.prometheus.empty()) {
     SATURATE_ASSIGN_OR_RETURN(watch::ListenAddress address,
                               watch::ParseListenAddress(f.prometheus));
     SATURATE_ASSIGN_OR_RETURN(
-        server, watch::MetricsServer::Start(address, [&watcher, &steps, &stalled] {
+        server, watch::MetricsServer::Start(address, [&watcher, &steps, &stalled, &loaders] {
           std::string page = watcher.PrometheusText();
           if (const int64_t n = steps.load(); n > 0) {
             page += watch::JobProgressPrometheus(watcher.HostLabels(), n, stalled.load());
           }
-          return page;
+          return page + loaders.page();
         }));
   }
   if (!f.quiet) {
@@ -203,6 +245,7 @@ Status RunWatched(const std::string& name, WatchFlags f, int* exit_code, std::st
       steps = hang->steps();
       stalled = hang->stalled();
     }
+    loaders.Poll(now);
     if (now >= next_draw) {
       view.Draw(watcher);
       next_draw += std::chrono::nanoseconds(refresh_ns);
