@@ -41,6 +41,7 @@
 #include "saturate/format/verify.h"
 #include "saturate/formats/source.h"
 #include "saturate/pack/pack.h"
+#include "saturate/remote/range_reader.h"
 #include "saturate/trace/trace.h"
 #include "saturate/watch/watcher.h"
 #include "watch/job_labels.h"
@@ -50,6 +51,7 @@ namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace saturate::python {
+void BindRemote(nb::module_& m);  // core_remote.cc
 namespace {
 
 // How often a blocked Next() comes back to check for Ctrl-C.
@@ -724,6 +726,16 @@ NB_MODULE(_core, m) {
       "skip_bad"_a, "reencode_max_side"_a, "reencode_quality"_a, "keep_jpeg_bytes"_a);
   m.def("is_source_pattern", &formats::IsSourcePattern, "path"_a);
   m.def(
+      "upload_dataset",
+      [](const std::string& local, const std::string& url, bool overwrite,
+         const std::string& endpoint, uint64_t multipart_bytes) {
+        ThrowIfError(WithoutGil([&] {
+          return remote::UploadDataset(local, url, overwrite,
+                                       remote::UploadStoreOptions(endpoint, multipart_bytes));
+        }));
+      },
+      "local"_a, "url"_a, "overwrite"_a, "endpoint"_a, "multipart_bytes"_a);
+  m.def(
       "pack_stream",
       [](const std::vector<std::pair<std::string, std::string>>& fields,
          const std::vector<std::string>& class_names, const std::string& source,
@@ -850,7 +862,8 @@ NB_MODULE(_core, m) {
       .def(
           "__init__",
           [](PyCheckpointer* self, const std::string& dir, int keep, int max_in_flight,
-             const std::string& on_busy, int copy_threads) {
+             const std::string& on_busy, int copy_threads, const std::string& endpoint,
+             uint64_t multipart_threshold_bytes, uint64_t part_bytes) {
             checkpoint::CheckpointOptions o;
             o.keep = keep;
             o.max_in_flight = max_in_flight;
@@ -860,9 +873,15 @@ NB_MODULE(_core, m) {
             }
             o.on_busy = on_busy == "skip" ? checkpoint::OnBusy::kSkip : checkpoint::OnBusy::kWait;
             o.copy_threads = copy_threads;
+            o.remote.endpoint = endpoint;  // s3:// dirs; 0 below: the store's defaults
+            if (multipart_threshold_bytes > 0) {
+              o.remote.multipart_threshold_bytes = multipart_threshold_bytes;
+            }
+            if (part_bytes > 0) o.remote.part_bytes = part_bytes;
             new (self) PyCheckpointer(dir, o);
           },
-          "dir"_a, "keep"_a, "max_in_flight"_a, "on_busy"_a, "copy_threads"_a)
+          "dir"_a, "keep"_a, "max_in_flight"_a, "on_busy"_a, "copy_threads"_a, "endpoint"_a = "",
+          "multipart_threshold_bytes"_a = 0, "part_bytes"_a = 0)
       .def("save", &PyCheckpointer::Save, "step"_a, "tensors"_a, "metadata"_a)
       .def("prepare", &PyCheckpointer::Prepare, "tensor_bytes"_a)
       .def("begin", &PyCheckpointer::Begin, "step"_a, "tensors"_a, nb::keep_alive<0, 1>())
@@ -900,4 +919,5 @@ NB_MODULE(_core, m) {
       },
       "dir"_a);
   m.def("young_interval_s", &checkpoint::YoungIntervalSeconds, "cost_s"_a, "mtbf_s"_a);
+  BindRemote(m);  // core_remote.cc: ObjectStore, s3:// checkpoint helpers
 }

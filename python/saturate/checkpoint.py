@@ -27,6 +27,12 @@ loader's state_dict, optimizer hyper-parameters) is pickled with tensor
 placeholders into one more checksummed file; so, as with ``torch.load``, only
 load checkpoints you trust.
 
+Object storage: ``Checkpointer("s3://bucket/prefix")`` uploads each save from
+the snapshot buffer (multipart when large; no local staging), manifest last,
+through the engine's libcurl client (credentials and endpoint as the AWS CLI
+finds them, or ``endpoint=``); ``load("s3://...")`` downloads the newest
+checkpoint whose manifest and checksums verify.
+
 Failures: a background write that fails leaves every committed checkpoint as
 it was and raises (naming the file) from the next ``save``, ``wait`` or
 ``close``. Thread-safety: one thread uses a Checkpointer (the training loop).
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import ctypes
 import io
+import json
 import mmap
 import os
 import pickle
@@ -46,13 +53,22 @@ import time
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
+import re
+
 import numpy as np
 
 from . import _core
+from .errors import CorruptionError, NotFoundError
 
 __all__ = ["Checkpointer", "CheckpointWarning", "load"]
 
 _TAG = "saturate.tensor"
+_REMOTE_STEP_RE = re.compile(r"^step-(0|[1-9][0-9]*)/(.+)$")
+
+
+def _is_remote(path) -> bool:
+    """True for an s3:// location (http(s):// too: the engine then says they are read-only)."""
+    return isinstance(path, str) and _core.is_remote_url(path)
 
 
 class CheckpointWarning(UserWarning):
@@ -171,6 +187,11 @@ class Checkpointer:
       copy_threads: threads for the snapshot copy (0: up to 4).
       prepare: a state like the ones ``save`` will take: ``prepare(state)``
         is called before the constructor returns.
+      endpoint: for s3:// dirs, the S3 endpoint (default: AWS_ENDPOINT_URL_S3,
+        AWS_ENDPOINT_URL, else AWS).
+      multipart_threshold_bytes, part_bytes: for s3:// dirs, objects larger
+        than the threshold are uploaded in parts of part_bytes (>= 5 MiB);
+        0: the engine's defaults (64 MiB, 16 MiB).
       handle_sigterm: install a SIGTERM handler (main thread only) that waits
         up to ``grace_s`` for the in-flight save to commit, then calls the
         previous handler, or exits with status 143 (SystemExit(143); when the
@@ -180,9 +201,13 @@ class Checkpointer:
 
     def __init__(self, dir: str, keep: int = 3, *, on_busy: str = "wait", max_in_flight: int = 1,
                  copy_threads: int = 0, handle_sigterm: bool = False, grace_s: float = 30.0,
-                 prepare: Any = None):
-        self.dir = os.fspath(dir)
-        self._core = _core.Checkpointer(self.dir, keep, max_in_flight, on_busy, copy_threads)
+                 prepare: Any = None, endpoint: Optional[str] = None,
+                 multipart_threshold_bytes: int = 0, part_bytes: int = 0):
+        self.dir = dir.rstrip("/") if _is_remote(dir) else os.fspath(dir)
+        self._core = _core.Checkpointer(self.dir, keep, max_in_flight, on_busy, copy_threads,
+                                        endpoint=endpoint or "",
+                                        multipart_threshold_bytes=int(multipart_threshold_bytes),
+                                        part_bytes=int(part_bytes))
         self._max_in_flight = int(max_in_flight)
         self._grace_s = float(grace_s)
         self._stream = None  # CUDA side stream, made on first use
@@ -356,9 +381,14 @@ class Checkpointer:
         return [tuple(x) for x in _core.checkpoint_list(os.fspath(dir))]
 
     @staticmethod
-    def verify(path: str) -> Dict[str, Any]:
+    def verify(path: str, *, endpoint: Optional[str] = None) -> Dict[str, Any]:
         """Checks one ``step-N`` directory (manifest and every checksum); raises
-        saturate.errors.CorruptionError naming the bad file."""
+        saturate.errors.CorruptionError naming the bad file. An s3:// ``step-N``
+        is downloaded to check it."""
+        if _is_remote(path):
+            base, name = path.rstrip("/").rsplit("/", 1)
+            m, _ = _fetch_verified(_core.ObjectStore(base, endpoint or ""), name)
+            return m
         return _core.checkpoint_verify(os.fspath(path))
 
 
@@ -426,7 +456,91 @@ class _Rebuilder(pickle.Unpickler):
         return t
 
 
-def load(dir: str, map_location: Any = None, *, mmap: bool = True, info: bool = False):
+def _fetch_verified(store, prefix: str, names=None) -> Tuple[Dict[str, Any], Dict[str, bytearray]]:
+    """Downloads the single-process checkpoint ``prefix`` (``step-N`` or
+    ``rank-R/step-N``) of an ObjectStore and checks it as Verify does locally:
+    the manifest's own checksum, then every file's size and XXH3-64 (each
+    file fetched with parallel ranged GETs into one buffer). Returns
+    (manifest, {file name: buffer}); CorruptionError names the object.
+    ``names``: only these files (the others are not fetched or checked)."""
+    key = f"{prefix}/manifest.json"
+    try:
+        text = store.get(key)
+    except NotFoundError:
+        raise CorruptionError(f"{store.describe(key)}: missing (incomplete checkpoint)") from None
+    m = _core.checkpoint_parse_manifest(text, store.describe(key))
+    m["manifest_xxh3"] = _json_xxh3(text)
+    buffers: Dict[str, bytearray] = {}
+    for f in m["files"]:
+        if names is not None and f["name"] not in names:
+            continue
+        obj = f"{prefix}/{f['name']}"
+        buf = bytearray(f["bytes"])
+        view = np.frombuffer(buf, np.uint8) if f["bytes"] else np.empty(0, np.uint8)
+        try:
+            if f["bytes"]:
+                store.get_into(obj, 0, view)
+        except NotFoundError:
+            raise CorruptionError(f"{store.describe(obj)}: missing (incomplete checkpoint)") \
+                from None
+        got = _core.xxh3_hex(view)
+        if got != f["xxh3"]:
+            raise CorruptionError(f"{store.describe(obj)}: checksum mismatch (xxh3 {got}, "
+                                  f"manifest says {f['xxh3']})")
+        buffers[f["name"]] = buf
+    return m, buffers
+
+
+def _json_xxh3(text: bytes) -> Optional[str]:
+    try:
+        return json.loads(text).get("xxh3")
+    except ValueError:
+        return None
+
+
+def _remote_steps(names: List[str]) -> Tuple[List[int], List[int]]:
+    """(committed steps newest first, steps with objects but no manifest) from object names."""
+    files: Dict[int, set] = {}
+    for n in names:
+        m = _REMOTE_STEP_RE.match(n)
+        if m:
+            files.setdefault(int(m.group(1)), set()).add(m.group(2))
+    committed = sorted((s for s, f in files.items() if "manifest.json" in f), reverse=True)
+    partial = sorted(s for s, f in files.items() if "manifest.json" not in f)
+    return committed, partial
+
+
+def _load_remote(url: str, map_location, info: bool, endpoint: Optional[str]):
+    url = url.rstrip("/")
+    store = _core.ObjectStore(url, endpoint or "")
+    committed, partial = _remote_steps(store.list())
+    for step in partial:
+        warnings.warn(f"saturate checkpoint: {url}/step-{step}: incomplete (a save was "
+                      "interrupted before its manifest was written); ignored",
+                      CheckpointWarning, stacklevel=3)
+    reasons = []
+    for step in committed:
+        try:
+            m, buffers = _fetch_verified(store, f"step-{step}")
+        except (CorruptionError, NotFoundError) as e:
+            reasons.append(f"{url}/step-{step}: skipped: {e}")
+            warnings.warn(f"saturate checkpoint: {reasons[-1]}", CheckpointWarning, stacklevel=3)
+            continue
+        rebuilder = _Rebuilder(io.BytesIO(bytes(buffers[m["metadata_file"]])), m["tensors"],
+                               map_location, False)
+        rebuilder.files = buffers  # _map_file finds each file's buffer by name
+        state = rebuilder.load()["state"]
+        if info:
+            return state, {"step": m["step"], "path": f"{url}/step-{step}",
+                           "created_unix_ms": m["created_unix_ms"]}
+        return state
+    if committed:
+        raise CorruptionError(f"no checkpoint in {url} verifies:\n  " + "\n  ".join(reasons))
+    return (None, None) if info else None
+
+
+def load(dir: str, map_location: Any = None, *, mmap: bool = True, info: bool = False,
+         endpoint: Optional[str] = None):
     """The state of the newest checkpoint in ``dir`` whose manifest and
     checksums verify, or None when ``dir`` is missing or holds no committed
     checkpoint (a fresh start).
@@ -438,7 +552,14 @@ def load(dir: str, map_location: Any = None, *, mmap: bool = True, info: bool = 
     files: nothing is read until used, and writes never reach the files.
     With ``info=True`` returns (state, {"step", "path", "created_unix_ms"}).
     Raises CorruptionError when checkpoints exist and none verifies.
+
+    An s3:// ``dir`` (``endpoint``: as the constructor's) is listed, and the
+    newest committed checkpoint is downloaded and checked (every file's size
+    and XXH3-64) before it is used; tensors are then views of the downloaded
+    buffers (``mmap`` does not apply).
     """
+    if _is_remote(dir):
+        return _load_remote(dir, map_location, info, endpoint)
     if not os.path.exists(dir):
         return (None, None) if info else None  # a first run, before any save
     r = _core.checkpoint_load_newest(os.fspath(dir))

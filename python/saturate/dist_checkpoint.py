@@ -63,9 +63,9 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _core
-from .checkpoint import CheckpointWarning
-from .errors import (CorruptionError, InternalError, InvalidArgumentError, UnavailableError,
-                     UnimplementedError)
+from .checkpoint import CheckpointWarning, _fetch_verified, _is_remote
+from .errors import (CorruptionError, InternalError, InvalidArgumentError, NotFoundError,
+                     UnavailableError, UnimplementedError)
 
 __all__ = ["DistCheckpointer", "Shard", "load", "latest", "list_checkpoints", "assign_owners",
            "intersect", "shard_extent", "to_dcp", "from_dcp"]
@@ -78,6 +78,7 @@ _MANIFEST_RE = re.compile(r"^step-(0|[1-9][0-9]*)\.manifest\.json$")
 _STEP_RE = re.compile(r"^step-(0|[1-9][0-9]*)$")
 _KEEP_ALL = 2**31 - 1  # the engine's own retention is off: the coordinator does it
 _POLL_MAX_S = 0.02
+_POLL_MAX_REMOTE_S = 0.2  # s3://: polling is a GET request
 _FAILED = "commit-failed.json"  # rank 0's last failed commit, for the other ranks' wait()
 
 
@@ -331,6 +332,60 @@ def _structure_bytes(state, ids: Dict[int, str]) -> bytes:
 # ---------------------------------------------------------------------------
 
 
+# A checkpoint location is a directory or an s3:// URL. The helpers below take
+# the location and a name relative to it ("step-3.manifest.json",
+# "rank-1/step-3/manifest.json") and do the local or the remote thing.
+
+_STORES: Dict[Tuple[str, str], Any] = {}
+_ENDPOINTS: Dict[str, str] = {}  # location -> endpoint given to DistCheckpointer / load
+
+
+def _store(dir: str):
+    key = (dir, _ENDPOINTS.get(dir, ""))
+    store = _STORES.get(key)
+    if store is None:
+        store = _STORES[key] = _core.ObjectStore(dir, key[1])
+    return store
+
+
+def _read(dir: str, name: str) -> Optional[bytes]:
+    """The bytes of ``name``, None when it does not exist."""
+    if _is_remote(dir):
+        try:
+            return _store(dir).get(name)
+        except NotFoundError:
+            return None
+    try:
+        with open(os.path.join(dir, name), "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _write(dir: str, name: str, data: bytes) -> None:
+    """Replaces ``name`` atomically (a PUT; locally temp file, fsync, rename, fsync)."""
+    if _is_remote(dir):
+        _store(dir).put(name, data)
+    else:
+        _write_atomic(os.path.join(dir, name), data)
+
+
+def _names(dir: str) -> List[str]:
+    """Remote: every object name under the location; local: the top-level entries."""
+    if _is_remote(dir):
+        return _store(dir).list()
+    return os.listdir(dir) if os.path.isdir(dir) else []
+
+
+def _poll_max_s(dir: str) -> float:
+    return _POLL_MAX_REMOTE_S if _is_remote(dir) else _POLL_MAX_S
+
+
+def _split(path: str) -> Tuple[str, str]:
+    """("s3://b/p", "step-3.manifest.json") from "s3://b/p/step-3.manifest.json"."""
+    return os.path.dirname(path), os.path.basename(path)
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -358,29 +413,30 @@ def _manifest_path(dir: str, step: int) -> str:
     return os.path.join(dir, f"step-{step}.manifest.json")
 
 
-def _rank_step_dir(dir: str, rank: int, step: int) -> str:
-    return os.path.join(dir, f"rank-{rank}", f"step-{step}")
-
-
-def _read_rank(path: str) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
-    """(engine manifest.json, rank metadata) of a committed rank directory, or
-    None while it is not there."""
-    try:
-        with open(os.path.join(path, "manifest.json"), "rb") as f:
-            manifest = json.loads(f.read())
-        with open(os.path.join(path, manifest["metadata_file"]), "rb") as f:
-            meta = pickle.loads(f.read())
-    except FileNotFoundError:
+def _read_rank(dir: str, rel: str) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
+    """(engine manifest.json, rank metadata) of the committed rank directory
+    ``rel`` ("rank-1/step-3") of location ``dir``, or None while it is not
+    there. Remote: also None while the metadata object is not the one the
+    manifest lists (a re-save of the step replacing it)."""
+    text = _read(dir, f"{rel}/manifest.json")
+    if text is None:
         return None
-    return manifest, meta
+    manifest = json.loads(text)
+    data = _read(dir, f"{rel}/{manifest['metadata_file']}")
+    if data is None:
+        return None
+    if _is_remote(dir):
+        want = [f["xxh3"] for f in manifest["files"] if f["name"] == manifest["metadata_file"]]
+        if [_core.xxh3_hex(np.frombuffer(data, np.uint8))] != want:
+            return None
+    return manifest, pickle.loads(data)
 
 
 def list_checkpoints(dir: str) -> List[Tuple[int, str]]:
     """Globally committed checkpoints (step, manifest path), newest first (not verified)."""
-    if not os.path.isdir(dir):
-        return []
+    dir = dir.rstrip("/") if _is_remote(dir) else dir
     out = []
-    for name in os.listdir(dir):
+    for name in _names(dir):
         m = _MANIFEST_RE.match(name)
         if m:
             out.append((int(m.group(1)), os.path.join(dir, name)))
@@ -388,11 +444,13 @@ def list_checkpoints(dir: str) -> List[Tuple[int, str]]:
 
 
 def _read_manifest(path: str) -> Dict[str, Any]:
-    with open(path, "rb") as f:
-        try:
-            m = json.loads(f.read())
-        except ValueError as e:
-            raise CorruptionError(f"{path}: not JSON ({e})") from None
+    text = _read(*_split(path))
+    if text is None:
+        raise NotFoundError(f"{path}: no such checkpoint manifest")
+    try:
+        m = json.loads(text)
+    except ValueError as e:
+        raise CorruptionError(f"{path}: not JSON ({e})") from None
     if m.get("format") != FORMAT or m.get("format_version") != FORMAT_VERSION:
         raise CorruptionError(f"{path}: not a {FORMAT} v{FORMAT_VERSION} manifest")
     want = m.pop("sha256", None)
@@ -403,7 +461,25 @@ def _read_manifest(path: str) -> Dict[str, Any]:
 
 def _verify(dir: str, m: Dict[str, Any]) -> None:
     """Every rank directory the manifest names verifies (sizes and XXH3 of every
-    file) and is the one the manifest was written for."""
+    file) and is the one the manifest was written for. Remote: each rank's
+    manifest verifies (its own checksum) and every file it lists exists; the
+    files' sizes and XXH3 are checked when a rank downloads them to load."""
+    if _is_remote(dir):
+        names = set(_names(dir))
+        for r in m["ranks"]:
+            key = f"{r['dir']}/manifest.json"
+            text = _read(dir, key)
+            if text is None:
+                raise CorruptionError(f"{dir}/{key}: missing")
+            rm = _core.checkpoint_parse_manifest(text, f"{dir}/{key}")
+            got = json.loads(text).get("xxh3")
+            if got != r["manifest_xxh3"]:
+                raise CorruptionError(f"{dir}/{r['dir']}: replaced after the global commit "
+                                      f"(manifest xxh3 {got}, expected {r['manifest_xxh3']})")
+            for f in rm["files"]:
+                if f"{r['dir']}/{f['name']}" not in names:
+                    raise CorruptionError(f"{dir}/{r['dir']}/{f['name']}: missing")
+        return
     for r in m["ranks"]:
         path = os.path.join(dir, r["dir"])
         try:
@@ -469,6 +545,9 @@ class DistCheckpointer:
         1 to 4, so ranks copying at once do not oversubscribe the cores.
       commit_timeout_s: how long rank 0 waits for a rank's files before the
         save fails (raised by the next save, wait or close).
+      endpoint, multipart_threshold_bytes, part_bytes: for an s3:// ``dir``
+        (see saturate.Checkpointer): each rank uploads its files straight from
+        its snapshot, rank 0 writes the global manifest object last.
 
     The constructor is collective (one broadcast of a session id); ``save``
     and ``wait`` are not: every rank calls them with the same steps in the
@@ -476,10 +555,15 @@ class DistCheckpointer:
     """
 
     def __init__(self, dir: str, keep: int = 3, *, process_group=None, max_in_flight: int = 1,
-                 copy_threads: int = 0, commit_timeout_s: float = 600.0):
+                 copy_threads: int = 0, commit_timeout_s: float = 600.0,
+                 endpoint: Optional[str] = None, multipart_threshold_bytes: int = 0,
+                 part_bytes: int = 0):
         if keep < 1:
             raise InvalidArgumentError(f"keep must be >= 1, got {keep}")
-        self.dir = os.path.abspath(os.fspath(dir))
+        self.remote = _is_remote(dir)
+        self.dir = dir.rstrip("/") if self.remote else os.path.abspath(os.fspath(dir))
+        if self.remote and endpoint:
+            _ENDPOINTS[self.dir] = endpoint
         self.keep = int(keep)
         dist = _dist()
         self._group = process_group
@@ -488,7 +572,8 @@ class DistCheckpointer:
             self.world_size = dist.get_world_size(process_group)
         else:
             self.rank, self.world_size = 0, 1
-        os.makedirs(self.dir, exist_ok=True)
+        if not self.remote:
+            os.makedirs(self.dir, exist_ok=True)
         session = [uuid.uuid4().hex if self.rank == 0 else None]
         if dist is not None and self.world_size > 1:
             dist.broadcast_object_list(session, src=dist.get_global_rank(process_group, 0)
@@ -498,8 +583,11 @@ class DistCheckpointer:
         if copy_threads == 0:
             local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
             copy_threads = max(1, min(4, (os.cpu_count() or 1) // local))
-        self._core = _core.Checkpointer(os.path.join(self.dir, f"rank-{self.rank}"), _KEEP_ALL,
-                                        max_in_flight, "wait", copy_threads)
+        self._core = _core.Checkpointer(f"{self.dir}/rank-{self.rank}", _KEEP_ALL,
+                                        max_in_flight, "wait", copy_threads,
+                                        endpoint=endpoint or "",
+                                        multipart_threshold_bytes=int(multipart_threshold_bytes),
+                                        part_bytes=int(part_bytes))
         self._commit_timeout_s = float(commit_timeout_s)
         self._owners_key = None
         self._owners: Dict[str, int] = {}
@@ -608,19 +696,20 @@ class DistCheckpointer:
                 self._error_seq = seq
                 self._error = e
                 try:  # the other ranks' wait() reads it instead of timing out
-                    _write_atomic(os.path.join(self.dir, _FAILED), json.dumps(
+                    _write(self.dir, _FAILED, json.dumps(
                         {"session": self.session, "seq": seq, "step": step,
                          "error": f"{type(e).__name__}: {e}"}).encode())
                 except OSError:
                     pass
 
     def _wait_rank(self, rank: int, step: int, seq: int):
-        path = _rank_step_dir(self.dir, rank, step)
+        rel = f"rank-{rank}/step-{step}"
+        path = f"{self.dir}/{rel}"
         deadline = time.monotonic() + self._commit_timeout_s
         delay = 0.001
         with _core.Phase(f"checkpoint_wait_rank{rank}", "checkpoint"):
             while True:
-                got = _read_rank(path)
+                got = _read_rank(self.dir, rel)
                 if got is not None and got[1].get("session") == self.session and \
                         got[1].get("seq") == seq:
                     return got
@@ -629,14 +718,14 @@ class DistCheckpointer:
                         f"{path}: rank {rank} did not commit step {step} within "
                         f"{self._commit_timeout_s:.0f} s (the global checkpoint is not written)")
                 time.sleep(delay)
-                delay = min(delay * 2, _POLL_MAX_S)
+                delay = min(delay * 2, _poll_max_s(self.dir))
 
     def _commit(self, step: int, seq: int) -> None:
         ranks = [self._wait_rank(r, step, seq) for r in range(self.world_size)]
         with _core.Phase("checkpoint_commit", "checkpoint"):
             body = _global_manifest(self.dir, step, ranks, self.world_size)
             body["sha256"] = hashlib.sha256(_canonical(body)).hexdigest()
-            _write_atomic(_manifest_path(self.dir, step), json.dumps(body, indent=1).encode())
+            _write(self.dir, f"step-{step}.manifest.json", json.dumps(body, indent=1).encode())
             self._retain(step)
 
     def _retain(self, just: int) -> None:
@@ -644,6 +733,9 @@ class DistCheckpointer:
         kept = [s for s, _ in found[:self.keep]]
         if just not in kept:
             kept = kept[:-1] + [just]
+        if self.remote:
+            self._retain_remote(found, kept)
+            return
         for s, path in found:
             if s not in kept:
                 os.unlink(path)
@@ -663,6 +755,19 @@ class DistCheckpointer:
                 if m and int(m.group(1)) < oldest and int(m.group(1)) not in kept:
                     shutil.rmtree(os.path.join(rdir, name), ignore_errors=True)
 
+    def _retain_remote(self, found, kept) -> None:
+        """Manifests beyond ``keep`` first, then the rank objects of steps no kept
+        manifest names that are older than the oldest kept one."""
+        store = _store(self.dir)
+        for s, path in found:
+            if s not in kept:
+                store.delete(os.path.basename(path))
+        oldest = min(kept)
+        for name in store.list():
+            m = re.match(r"^rank-[0-9]+/step-(0|[1-9][0-9]*)/", name)
+            if m and int(m.group(1)) < oldest and int(m.group(1)) not in kept:
+                store.delete(name)
+
     # ---- waiting, closing ----
 
     def _raise_error(self) -> None:
@@ -676,9 +781,10 @@ class DistCheckpointer:
     def _raise_peer_failure(self, seq: int) -> None:
         self._raise_error()  # rank 0: its own failure, with its traceback
         try:
-            with open(os.path.join(self.dir, _FAILED), "rb") as f:
-                failed = json.loads(f.read())
-        except (FileNotFoundError, ValueError):
+            failed = json.loads(_read(self.dir, _FAILED) or b"null")
+        except ValueError:
+            return
+        if not isinstance(failed, dict):
             return
         if failed.get("session") == self.session and failed.get("seq", 1 << 62) <= seq:
             self._failed_seq = max(self._failed_seq, int(failed["seq"]))
@@ -702,17 +808,17 @@ class DistCheckpointer:
             while True:
                 self._raise_error()
                 try:
-                    with open(path, "rb") as f:
-                        m = json.loads(f.read())
-                    if m.get("session") == self.session and m.get("seq") == seq:
+                    m = json.loads(_read(self.dir, f"step-{step}.manifest.json") or b"null")
+                    if isinstance(m, dict) and m.get("session") == self.session and \
+                            m.get("seq") == seq:
                         return
-                except (FileNotFoundError, ValueError):
+                except ValueError:
                     pass
                 self._raise_peer_failure(seq)
                 if time.monotonic() > deadline:
                     raise UnavailableError(f"{path}: step {step} not committed within the timeout")
                 time.sleep(delay)
-                delay = min(delay * 2, _POLL_MAX_S)
+                delay = min(delay * 2, _poll_max_s(self.dir))
 
     def close(self) -> None:
         """wait(), then stops the writer and the coordinator. Idempotent."""
@@ -793,15 +899,27 @@ def _global_manifest(dir: str, step: int, ranks, world_size: int) -> Dict[str, A
 
 
 class _Files:
-    """Private copy-on-write maps of the rank files, opened on first use."""
+    """Private copy-on-write maps of the rank files, opened on first use.
+    Remote: each rank file is downloaded whole on first use (parallel ranged
+    GETs) and checked against its rank manifest (size, XXH3-64), which itself
+    matched the global manifest when the checkpoint was chosen."""
 
     def __init__(self, dir: str):
         self.dir, self.maps = dir, {}
+
+    def _download(self, rel: str):
+        rank_dir, name = rel.rsplit("/", 1)
+        _, buffers = _fetch_verified(_store(self.dir), rank_dir, names={name})
+        if name not in buffers:
+            raise CorruptionError(f"{self.dir}/{rel}: not listed in its rank manifest")
+        return buffers[name]
 
     def piece(self, shard: Dict[str, Any], dtype: str, kind: str):
         torch = _torch()
         path = os.path.join(self.dir, shard["file"])
         buf = self.maps.get(path)
+        if buf is None and _is_remote(self.dir):
+            buf = self.maps[path] = self._download(shard["file"])
         if buf is None:
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -920,7 +1038,8 @@ def _choose(dir: str, step: Optional[int], verify: bool, process_group) -> Optio
 
 
 def load(dir: str, state: Any = None, *, step: Optional[int] = None, rank: Optional[int] = None,
-         process_group=None, map_location: Any = None, verify: bool = True, info: bool = False):
+         process_group=None, map_location: Any = None, verify: bool = True, info: bool = False,
+         endpoint: Optional[str] = None):
     """Loads the newest globally committed checkpoint in ``dir`` that verifies
     (or ``step``), at any world size.
 
@@ -939,8 +1058,19 @@ def load(dir: str, state: Any = None, *, step: Optional[int] = None, rank: Optio
     than one rank (rank 0 chooses and verifies the checkpoint). None when
     ``dir`` holds no committed checkpoint; CorruptionError when some exist and
     none verifies. ``info=True`` also returns {"step", "path", "world_size"}.
+
+    An s3:// ``dir`` (``endpoint``: as DistCheckpointer's): rank 0 checks the
+    manifests and that every listed object exists; each rank downloads the
+    rank files its tensors intersect, whole, and checks their size and XXH3
+    before using them (a mismatch raises CorruptionError naming the object).
     """
-    m = _choose(os.path.abspath(os.fspath(dir)), step, verify, process_group)
+    if _is_remote(dir):
+        dir = dir.rstrip("/")
+        if endpoint:
+            _ENDPOINTS[dir] = endpoint
+    else:
+        dir = os.path.abspath(os.fspath(dir))
+    m = _choose(dir, step, verify, process_group)
     if m is None:
         return (None, None) if info else None
     dist = _dist()
@@ -950,8 +1080,10 @@ def load(dir: str, state: Any = None, *, step: Optional[int] = None, rank: Optio
         rank = 0
     base = os.path.dirname(m["path"])
     files = _Files(base)
-    rdir = os.path.join(base, m["ranks"][rank]["dir"])
-    _, meta = _read_rank(rdir)
+    got = _read_rank(base, m["ranks"][rank]["dir"])
+    if got is None:
+        raise CorruptionError(f"{base}/{m['ranks'][rank]['dir']}: missing")
+    _, meta = got
     targets, _ = _collect(state) if state is not None else ({}, {})
     missing = [fqn for fqn in targets if fqn not in m["tensors"]]
     if missing:

@@ -120,6 +120,11 @@ def check_state(state, step, rank, world, scale=1):
     return sorted(got)
 
 
+def upload_options(a):
+    part = a.part_mib << 20
+    return {"multipart_threshold_bytes": part, "part_bytes": part} if part else {}
+
+
 def _span(n, world, rank):
     s, length = chunk(n, world, rank)
     return s, s + length
@@ -140,6 +145,8 @@ def main():
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--scale", type=int, default=1)
     p.add_argument("--trace", default=None)
+    p.add_argument("--part-mib", type=int, default=0,
+                   help="s3:// DIR: multipart uploads in parts of this many MiB (>= 5)")
     a = p.parse_args()
     import saturate
     from saturate import dist_checkpoint as dc
@@ -155,7 +162,7 @@ def main():
     if a.trace:
         saturate.trace.start(os.path.join(a.trace, f"rank-{rank}"))
     if a.mode == "save":
-        with dc.DistCheckpointer(a.dir, keep=2) as ckpt:
+        with dc.DistCheckpointer(a.dir, keep=2, **upload_options(a)) as ckpt:
             for step in range(1, a.steps + 1):
                 ckpt.save(build_state(step, rank, world, mesh, a.scale), step)
                 ckpt.wait()
@@ -184,7 +191,7 @@ def main():
                                                "note": state["note"]})
     else:  # loop: save until killed; tell the parent our pid and each committed step
         write(a.out, f"pid-rank{rank}.json", {"pid": os.getpid()})
-        ckpt = dc.DistCheckpointer(a.dir, keep=2)
+        ckpt = dc.DistCheckpointer(a.dir, keep=2, **upload_options(a))
         step = 0
         while True:
             step += 1

@@ -13,12 +13,15 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <limits>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "base/file.h"
 #include "checkpoint/buffer_pool.h"
 #include "checkpoint/format.h"
+#include "saturate/remote/url.h"
 #include "saturate/trace/trace.h"
 
 namespace saturate::checkpoint {
@@ -89,6 +92,28 @@ Status Publish(const std::string& from, const std::string& to) {
   return Status::OK();
 }
 
+// Object names under a remote checkpoint location, grouped by step:
+// "step-N/tensors.bin" -> steps[N] holds "step-N/tensors.bin". Other names
+// are ignored.
+std::map<uint64_t, std::vector<std::string>> GroupByStep(const std::vector<std::string>& names) {
+  std::map<uint64_t, std::vector<std::string>> steps;
+  for (const std::string& name : names) {
+    const size_t slash = name.find('/');
+    if (slash == std::string::npos) continue;
+    uint64_t step;
+    bool tmp;
+    if (ParseStepDirName(std::string_view(name).substr(0, slash), &step, &tmp) && !tmp) {
+      steps[step].push_back(name);
+    }
+  }
+  return steps;
+}
+
+bool HasManifest(uint64_t step, const std::vector<std::string>& names) {
+  const std::string want = StepDirName(step) + "/" + std::string(kManifestFile);
+  return std::find(names.begin(), names.end(), want) != names.end();
+}
+
 // Splits the copies of `tensors` into `threads` similar byte ranges.
 void CopyTensors(std::span<const TensorRef> tensors, std::span<const uint64_t> offsets,
                  std::byte* dst, int threads) {
@@ -155,11 +180,14 @@ struct Checkpointer::Impl {
 
   void WriterLoop();
   Status Write(const Job& job, uint64_t* bytes);
+  Status WriteRemote(const Job& job, uint64_t* bytes);
   Status Retain(uint64_t committed_step);
+  Status RetainRemote(uint64_t committed_step);
   void ReleaseSlot(std::unique_ptr<PendingSave::Buffer> buffer);
 
   const std::string dir;
   const CheckpointOptions options;
+  std::shared_ptr<remote::ObjectStore> store;  // s3:// locations; null for a directory
 
   mutable std::mutex mu;
   std::condition_variable cv;
@@ -226,6 +254,7 @@ void Checkpointer::Impl::WriterLoop() {
 // The commit protocol: files into step-N.tmp (each fsynced, the manifest
 // last), fsync the directory, rename to step-N, fsync DIR.
 Status Checkpointer::Impl::Write(const Job& job, uint64_t* bytes) {
+  if (store) return WriteRemote(job, bytes);
   const std::string name = StepDirName(job.step);
   const std::string tmp = dir + "/" + name + std::string(kTmpSuffix);
   const std::string final_path = dir + "/" + name;
@@ -271,6 +300,7 @@ Status Checkpointer::Impl::Write(const Job& job, uint64_t* bytes) {
 // Keep-last-N: removes the oldest committed checkpoints, never the one just
 // committed (it may have a smaller step than older ones after a resume).
 Status Checkpointer::Impl::Retain(uint64_t committed_step) {
+  if (store) return RetainRemote(committed_step);
   SATURATE_ASSIGN_OR_RETURN(std::vector<CheckpointDir> all, List(dir));
   int kept = 1;  // the one just committed
   for (const CheckpointDir& c : all) {
@@ -282,6 +312,72 @@ Status Checkpointer::Impl::Retain(uint64_t committed_step) {
     std::error_code ec;
     fs::remove_all(c.path, ec);
     if (ec) return Status::IOError("remove old checkpoint " + c.path + ": " + ec.message());
+  }
+  return Status::OK();
+}
+
+// The commit protocol on object storage: a manifest already there for this
+// step is deleted first (its data objects are about to be replaced), then
+// tensors.bin is uploaded from the snapshot buffer (multipart when large),
+// metadata.bin, and manifest.json last: a PUT is atomic, so the checkpoint
+// appears whole or not at all.
+Status Checkpointer::Impl::WriteRemote(const Job& job, uint64_t* bytes) {
+  const std::string name = StepDirName(job.step);
+  const std::string manifest_name = name + "/" + std::string(kManifestFile);
+  auto upload = [&]() -> Status {
+    SATURATE_RETURN_IF_ERROR(store->Delete(manifest_name));
+    Manifest m;
+    m.step = job.step;
+    m.created_unix_ms = UnixMs();
+    m.metadata_file = std::string(kMetadataFile);
+    std::span<const std::byte> data(job.buffer->host.data, job.buffer->data_bytes);
+    SATURATE_RETURN_IF_ERROR(store->Put(name + "/" + std::string(kTensorsFile), data));
+    SATURATE_RETURN_IF_ERROR(
+        store->Put(name + "/" + std::string(kMetadataFile), Bytes(job.metadata)));
+    m.files = {{std::string(kTensorsFile), data.size(), Checksum(data)},
+               {std::string(kMetadataFile), job.metadata.size(), Checksum(Bytes(job.metadata))}};
+    for (size_t i = 0; i < job.tensors.size(); ++i) {
+      const TensorRef& t = job.tensors[i];
+      m.tensors.push_back(
+          {t.name, t.dtype, t.shape, t.device, std::string(kTensorsFile), job.offsets[i], t.bytes});
+    }
+    const std::string manifest = SerializeManifest(m);
+    SATURATE_RETURN_IF_ERROR(store->Put(manifest_name, Bytes(manifest)));
+    *bytes = data.size() + job.metadata.size() + manifest.size();
+    return Status::OK();
+  };
+  return upload().WithContext("checkpoint step " + std::to_string(job.step));
+}
+
+// Keep-last-N on object storage: each removed checkpoint loses its manifest
+// first (so it is never seen half-deleted), then its data objects. Steps
+// without a manifest that are older than the oldest kept one (saves that
+// never committed) go too.
+Status Checkpointer::Impl::RetainRemote(uint64_t committed_step) {
+  if (options.keep == std::numeric_limits<int>::max()) return Status::OK();
+  SATURATE_ASSIGN_OR_RETURN(std::vector<std::string> names, store->List());
+  auto steps = GroupByStep(names);
+  int kept = 1;  // the one just committed
+  uint64_t oldest_kept = committed_step;
+  std::vector<uint64_t> drop;
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (it->first == committed_step || !HasManifest(it->first, it->second)) continue;
+    if (kept < options.keep) {
+      ++kept;
+      oldest_kept = std::min(oldest_kept, it->first);
+    } else {
+      drop.push_back(it->first);
+    }
+  }
+  for (const auto& [step, objects] : steps) {
+    if (step < oldest_kept && !HasManifest(step, objects)) drop.push_back(step);
+  }
+  for (uint64_t step : drop) {
+    const std::string manifest = StepDirName(step) + "/" + std::string(kManifestFile);
+    SATURATE_RETURN_IF_ERROR(store->Delete(manifest));
+    for (const std::string& object : steps[step]) {
+      if (object != manifest) SATURATE_RETURN_IF_ERROR(store->Delete(object));
+    }
   }
   return Status::OK();
 }
@@ -313,7 +409,32 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const std::string& dir,
         static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
   }
   if (!options.allocator) options.allocator = PageAllocator();
+  std::shared_ptr<remote::ObjectStore> store = std::move(options.store);
+  options.store.reset();
+  if (remote::IsRemoteUrl(dir)) {
+    SATURATE_ASSIGN_OR_RETURN(remote::ObjectUrl url, remote::ParseObjectUrl(dir));
+    if (url.scheme != remote::Scheme::kS3) {
+      return Status::InvalidArgument(dir + ": checkpoints are written to s3:// locations only");
+    }
+    if (!store) {
+      SATURATE_ASSIGN_OR_RETURN(auto opened, remote::OpenObjectStore(url, options.remote));
+      store = std::move(opened);
+    }
+    // Fails now, naming the bucket, rather than at the first background write.
+    SATURATE_RETURN_IF_ERROR(store->List().status().WithContext("checkpoint location " + dir));
+  }
   std::error_code ec;
+  if (store) {
+    std::vector<uint64_t> prepare = std::move(options.prepare_tensor_bytes);
+    options.prepare_tensor_bytes.clear();
+    auto impl = std::make_unique<Impl>(dir, std::move(options));
+    impl->store = std::move(store);
+    Impl* raw = impl.get();
+    impl->writer = std::thread([raw] { raw->WriterLoop(); });
+    auto ckpt = std::unique_ptr<Checkpointer>(new Checkpointer(std::move(impl)));
+    if (!prepare.empty()) SATURATE_RETURN_IF_ERROR(ckpt->Prepare(prepare));
+    return ckpt;
+  }
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir)) {
     return Status::IOError("checkpoint directory " + dir + ": " +
@@ -496,7 +617,26 @@ CheckpointStats Checkpointer::stats() const {
 
 // ---- reading ----------------------------------------------------------------------
 
+namespace {
+
+Result<std::vector<CheckpointDir>> ListRemote(const std::string& dir) {
+  SATURATE_ASSIGN_OR_RETURN(remote::ObjectUrl url, remote::ParseObjectUrl(dir));
+  SATURATE_ASSIGN_OR_RETURN(auto store, remote::OpenObjectStore(url));
+  SATURATE_ASSIGN_OR_RETURN(std::vector<std::string> names, store->List());
+  std::vector<CheckpointDir> out;
+  std::string base = dir;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  for (const auto& [step, objects] : GroupByStep(names)) {
+    if (HasManifest(step, objects)) out.push_back({step, base + "/" + StepDirName(step)});
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.step > b.step; });
+  return out;
+}
+
+}  // namespace
+
 Result<std::vector<CheckpointDir>> List(const std::string& dir) {
+  if (remote::IsRemoteUrl(dir)) return ListRemote(dir);
   std::error_code ec;
   fs::directory_iterator it(dir, ec);
   if (ec) {

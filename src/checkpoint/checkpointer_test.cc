@@ -17,6 +17,7 @@
 #include "base/testing.h"
 #include "checkpoint/buffer_pool.h"
 #include "checkpoint/format.h"
+#include "saturate/remote/objects.h"
 
 namespace saturate::checkpoint {
 namespace {
@@ -595,6 +596,78 @@ TEST(YoungIntervalTest, IsTheSquareRootOfTwiceCostTimesMtbf) {
   EXPECT_DOUBLE_EQ(YoungIntervalSeconds(2.0, 3600.0), 120.0);
   EXPECT_EQ(YoungIntervalSeconds(0, 3600), 0);
   EXPECT_EQ(YoungIntervalSeconds(1, -1), 0);
+}
+
+}  // namespace
+}  // namespace saturate::checkpoint
+
+// ---- object storage (an in-memory store; tests/python cover a real S3 server) ----
+
+namespace saturate::checkpoint {
+namespace {
+
+std::shared_ptr<remote::ObjectStore> MemoryStore() {
+  return remote::NewMemoryStore(remote::ObjectUrl{remote::Scheme::kS3, "bucket", "ckpt", ""});
+}
+
+TEST(RemoteCheckpointer, UploadsFilesThenManifestAndKeepsTheNewest) {
+  auto store = MemoryStore();
+  CheckpointOptions options;
+  options.keep = 2;
+  options.store = store;
+  auto ckpt = Checkpointer::Open("s3://bucket/ckpt", options);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  for (uint64_t step : {1, 2, 3}) {
+    ASSERT_TRUE(
+        SaveTensors(**ckpt, step, {Filled("w", 1000, float(step)), Filled("b", 3, 7)}).ok());
+    ASSERT_TRUE((*ckpt)->Wait().ok());
+  }
+  ASSERT_TRUE((*ckpt)->Close().ok());
+  // keep = 2: step 1 removed, manifest and data alike.
+  EXPECT_EQ(*store->List(),
+            (std::vector<std::string>{"step-2/manifest.json", "step-2/metadata.bin",
+                                      "step-2/tensors.bin", "step-3/manifest.json",
+                                      "step-3/metadata.bin", "step-3/tensors.bin"}));
+  auto text = store->Get("step-3/manifest.json");
+  ASSERT_TRUE(text.ok());
+  auto m = ParseManifest(*text, "step-3/manifest.json");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->step, 3u);
+  auto tensors = store->Get("step-3/tensors.bin");
+  ASSERT_TRUE(tensors.ok());
+  for (const FileEntry& f : m->files) {
+    auto bytes = store->Get("step-3/" + f.name);
+    ASSERT_TRUE(bytes.ok());
+    EXPECT_EQ(bytes->size(), f.bytes);
+    EXPECT_EQ(Checksum(std::as_bytes(std::span(bytes->data(), bytes->size()))), f.xxh3);
+  }
+  float first;
+  std::memcpy(&first, tensors->data() + m->tensors[0].offset, sizeof first);
+  EXPECT_EQ(first, 3.0f);
+}
+
+TEST(RemoteCheckpointer, ResavingAStepDeletesItsManifestFirst) {
+  auto store = MemoryStore();
+  CheckpointOptions options;
+  options.store = store;
+  auto ckpt = Checkpointer::Open("s3://bucket/ckpt", options);
+  ASSERT_TRUE(ckpt.ok());
+  ASSERT_TRUE(SaveTensors(**ckpt, 5, {Filled("w", 10, 1)}).ok());
+  ASSERT_TRUE((*ckpt)->Wait().ok());
+  const uint64_t puts_before = store->stats().requests;
+  ASSERT_TRUE(SaveTensors(**ckpt, 5, {Filled("w", 10, 2)}).ok());
+  ASSERT_TRUE((*ckpt)->Close().ok());
+  EXPECT_GT(store->stats().requests, puts_before);
+  auto m = ParseManifest(*store->Get("step-5/manifest.json"), "m");
+  ASSERT_TRUE(m.ok());
+  auto tensors = *store->Get("step-5/tensors.bin");
+  EXPECT_EQ(m->files[0].xxh3, Checksum(std::as_bytes(std::span(tensors.data(), tensors.size()))));
+}
+
+TEST(RemoteCheckpointer, HttpLocationsAreRefused) {
+  auto ckpt = Checkpointer::Open("http://127.0.0.1:1/ckpt");
+  ASSERT_FALSE(ckpt.ok());
+  EXPECT_NE(ckpt.status().message().find("s3://"), std::string::npos);
 }
 
 }  // namespace

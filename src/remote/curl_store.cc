@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -207,6 +208,11 @@ class CurlStore final : public ObjectStore {
 
   Status Put(std::string_view name, std::span<const std::byte> data) override {
     SATURATE_RETURN_IF_ERROR(Writable());
+    if (data.size() > options_.multipart_threshold_bytes) {
+      return Multipart(name, data.size(),
+                       [&](uint64_t off, uint64_t n, std::vector<std::byte>*)
+                           -> Result<std::span<const std::byte>> { return data.subspan(off, n); });
+    }
     Request req;
     req.method = "PUT";
     req.url = ObjectAddress(name);
@@ -226,7 +232,19 @@ class CurlStore final : public ObjectStore {
       SATURATE_ASSIGN_OR_RETURN(auto all, file->Read(0, file->size(), &scratch));
       return Put(name, all);
     }
-    // Multipart: create, upload parts, complete (abort on failure).
+    return Multipart(name, file->size(),
+                     [&](uint64_t off, uint64_t n, std::vector<std::byte>* buf) {
+                       return file->Read(off, n, buf);
+                     });
+  }
+
+ private:
+  // Multipart upload of `size` bytes that `read(offset, bytes, scratch)`
+  // yields part by part: create, upload parts, complete (abort on failure).
+  using PartReader = std::function<Result<std::span<const std::byte>>(uint64_t, uint64_t,
+                                                                      std::vector<std::byte>*)>;
+  Status Multipart(std::string_view name, uint64_t size, const PartReader& read) {
+    std::vector<std::byte> scratch;
     Request create;
     create.method = "POST";
     create.url = ObjectAddress(name) + "?uploads=";
@@ -242,8 +260,8 @@ class CurlStore final : public ObjectStore {
     Status st;
     const uint64_t part = std::max<uint64_t>(options_.part_bytes, 5u << 20);
     int number = 1;
-    for (uint64_t off = 0; off < file->size() && st.ok(); off += part, ++number) {
-      auto bytes = file->Read(off, std::min(part, file->size() - off), &scratch);
+    for (uint64_t off = 0; off < size && st.ok(); off += part, ++number) {
+      auto bytes = read(off, std::min(part, size - off), &scratch);
       if (!bytes.ok()) {
         st = bytes.status();
         break;
@@ -286,6 +304,7 @@ class CurlStore final : public ObjectStore {
     return st;
   }
 
+ public:
   Status Delete(std::string_view name) override {
     SATURATE_RETURN_IF_ERROR(Writable());
     Request req;

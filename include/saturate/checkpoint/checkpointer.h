@@ -27,6 +27,15 @@
 // every committed checkpoint as it was, and is reported (naming the file) by
 // the next Save(), Wait() or Close() -- that call saves nothing new.
 //
+// Object storage: Open("s3://bucket/prefix") writes the same layout as
+// objects through the libcurl client (saturate/remote): the writer thread
+// uploads `step-N/tensors.bin` straight from the snapshot buffer (multipart
+// above StoreOptions::multipart_threshold_bytes, no local staging), then
+// `step-N/metadata.bin`, then `step-N/manifest.json` last -- the commit. A
+// manifest already there for step N is deleted before its data objects are
+// replaced. List() reads such locations too; Verify() and LoadNewest() are
+// local only (the Python layer downloads and verifies remote checkpoints).
+//
 // Ownership: Save() copies the tensor bytes before it returns; the caller may
 // modify or free them right after. The Checkpointer owns its pool and its
 // thread; destroying it is Close() with the status dropped. One Checkpointer
@@ -47,6 +56,7 @@
 #include <vector>
 
 #include "saturate/base/status.h"
+#include "saturate/remote/object_store.h"
 
 namespace saturate::checkpoint {
 
@@ -88,6 +98,10 @@ struct CheckpointOptions {
   std::shared_ptr<HostAllocator> allocator;  // null = PageAllocator()
   // When not empty, Open() calls Prepare() with these sizes (and fails if it does).
   std::vector<uint64_t> prepare_tensor_bytes;
+  // s3:// locations: how the store is opened (endpoint, retries, multipart sizes).
+  remote::StoreOptions remote;
+  // s3:// locations: this store instead of one opened from the URL (tests).
+  std::shared_ptr<remote::ObjectStore> store;
 };
 
 struct CheckpointStats {
@@ -232,7 +246,8 @@ struct CheckpointDir {
 };
 
 // Committed checkpoints in `dir`, newest (largest step) first. Names that do
-// not parse, and `.tmp` directories, are not listed.
+// not parse, and `.tmp` directories, are not listed. For an s3:// `dir`,
+// the steps with a `step-N/manifest.json` object (path "s3://.../step-N").
 Result<std::vector<CheckpointDir>> List(const std::string& dir);
 
 // Reads `path`/manifest.json and checks its own checksum, every file's size

@@ -72,6 +72,8 @@ class ObjectStore {
   virtual Result<std::string> Get(std::string_view name) = 0;
   // Exactly out.size() bytes at `offset`; Corruption when the object is shorter.
   virtual Status GetRange(std::string_view name, uint64_t offset, std::span<std::byte> out) = 0;
+  // One PUT up to multipart_threshold_bytes, else a multipart upload straight
+  // from `data` (parts of part_bytes; no copy).
   virtual Status Put(std::string_view name, std::span<const std::byte> data) = 0;
   // Uploads a local file: one PUT up to multipart_threshold_bytes, else a
   // multipart upload (the object appears whole when it completes).
