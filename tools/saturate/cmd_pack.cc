@@ -133,11 +133,8 @@ int RunPack(const std::string& out, const PackFlags& flags, PackFn pack_fn) {
   Result<pack::PackSummary> summary = pack_fn(options, local);
   bar.Finish();
   if (summary.ok() && !staging.empty()) {
-    remote::StoreOptions store;
-    store.endpoint = flags.remote.endpoint;
-    store.multipart_threshold_bytes = *multipart;
-    store.part_bytes = std::clamp<uint64_t>(*multipart, uint64_t{5} << 20, uint64_t{16} << 20);
-    Status up = remote::UploadDataset(local, out, flags.force, store);
+    Status up = remote::UploadDataset(
+        local, out, flags.force, remote::UploadStoreOptions(flags.remote.endpoint, *multipart));
     if (!up.ok()) summary = up.WithContext("uploading to " + out);
   }
   if (!staging.empty()) {
@@ -174,12 +171,15 @@ struct SourceArgs {
 void AddSourceFlags(CLI::App* cmd, SourceArgs* a, bool keys) {
   cmd->add_option("ARGS", a->args,
                   "SOURCE... OUT: input patterns or files (shards-{000..099}.tar, "
-                  "'train-*.tfrecord', .gz too), then the output dataset directory");
+                  "'train-*.tfrecord', .gz too; data.h5), then the output dataset directory");
   if (keys) {
-    cmd->add_option("--image-key", a->source.image_key, "TFRecord: the image bytes feature")
+    cmd->add_option("--image-key", a->source.image_key,
+                    "TFRecord: the image bytes feature (HDF5: the images' dataset, default "
+                    "images)")
         ->capture_default_str();
     cmd->add_option("--label-key", a->source.label_key,
-                    "TFRecord: the int64 label feature ('' for none)")
+                    "TFRecord: the int64 label feature ('' for none) (HDF5: the labels' dataset, "
+                    "default labels)")
         ->capture_default_str();
   }
   AddCommonFlags(cmd, &a->flags);
