@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import Any, Dict, Optional, Sequence, Union
 
 from . import _core, _parquet
@@ -11,6 +12,7 @@ from . import _core, _parquet
 PathLike = Union[str, os.PathLike]
 _TABLE_SUFFIXES = (".csv", ".jsonl", ".ndjson")
 _HDF5_SUFFIXES = (".h5", ".hdf5", ".he5")
+_REMOTE_PREFIXES = ("s3://", "http://", "https://")
 
 
 def _size_bytes(size: Union[int, str]) -> int:
@@ -45,6 +47,8 @@ def pack(
     image_key: Optional[str] = None,
     label_key: Optional[str] = None,
     image_column: str = "image",
+    endpoint: str = "",
+    multipart_size: Union[int, str] = "64MiB",
 ) -> Dict[str, Any]:
     """Packs a dataset into ``out`` and returns a summary dict (records, bytes, shards, ...).
 
@@ -73,7 +77,20 @@ def pack(
 
     The output appears at ``out`` only when complete; ``force`` replaces an existing
     dataset (never a directory that is not one).
+
+    ``out`` may be ``s3://bucket/prefix`` (credentials, region and ``AWS_ENDPOINT_URL`` from the
+    usual places, or ``endpoint=``): the dataset is packed into a staging directory under
+    ``$TMPDIR``, then every shard is uploaded (multipart above ``multipart_size``) and the
+    manifest last, so readers see it only once whole (docs/remote.md).
     """
+    if os.fspath(out).startswith(_REMOTE_PREFIXES):
+        args = dict(locals())
+        with tempfile.TemporaryDirectory(prefix="saturate-pack-") as staging:
+            args["out"] = os.path.join(staging, "dataset")
+            summary = pack(**args)
+            _core.upload_dataset(local=args["out"], url=os.fspath(out), overwrite=force,
+                                 endpoint=endpoint, multipart_bytes=_size_bytes(multipart_size))
+        return summary
     many = source if isinstance(source, (list, tuple)) else [source]
     sources = [os.fspath(s) for s in many]
     reencode = dict(

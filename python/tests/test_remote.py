@@ -208,6 +208,21 @@ def test_pack_to_s3_then_read_it_like_a_local_dataset(s3, folder, tmp_path):
     assert r.returncode != 0 and "--force" in r.stderr
 
 
+def test_pack_to_s3_from_python(s3, folder, tmp_path):
+    url = f"s3://{BUCKET}/from-python"
+    summary = saturate.pack(folder, url, shard_size="24KiB", force=True)
+    assert summary["records"] == 48 and summary["shards"] > 1
+    assert saturate.verify(url)["ok"]
+    labels, images, _ = epoch(url)
+    want_labels, want_images, _ = epoch(local_copy(tmp_path, folder))
+    np.testing.assert_array_equal(labels, want_labels)
+    np.testing.assert_array_equal(images, want_images)
+    with pytest.raises(saturate.errors.AlreadyExistsError, match="force"):
+        saturate.pack(folder, url, shard_size="24KiB")
+    assert not [p for p in os.listdir(tempfile.gettempdir()) if p.startswith("saturate-pack-")
+                and os.path.getmtime(os.path.join(tempfile.gettempdir(), p)) > time.time() - 60]
+
+
 def test_multipart_upload_of_a_large_shard(s3, tmp_path):
     rng = np.random.default_rng(1)
     write_idx(str(tmp_path / "images.gz"), rng.integers(0, 256, (180, 256, 256)))

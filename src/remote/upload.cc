@@ -6,6 +6,15 @@
 
 namespace saturate::remote {
 
+StoreOptions UploadStoreOptions(const std::string& endpoint, uint64_t multipart_threshold_bytes) {
+  StoreOptions store;
+  store.endpoint = endpoint;
+  store.multipart_threshold_bytes = multipart_threshold_bytes;
+  store.part_bytes =
+      std::clamp<uint64_t>(multipart_threshold_bytes, uint64_t{5} << 20, uint64_t{16} << 20);
+  return store;
+}
+
 Status UploadDataset(const std::string& local_dir, const std::string& url_text, bool overwrite,
                      const StoreOptions& options) {
   constexpr std::string_view kManifest = "manifest.json";

@@ -106,6 +106,11 @@ RemoteOptions ResolveRemoteOptions(RemoteOptions options);
 Status UploadDataset(const std::string& local_dir, const std::string& url, bool overwrite,
                      const StoreOptions& options = {});
 
+// The store settings of a dataset upload: files larger than
+// `multipart_threshold_bytes` go up in parts of that size, kept within S3's
+// 5 MiB minimum part and 16 MiB.
+StoreOptions UploadStoreOptions(const std::string& endpoint, uint64_t multipart_threshold_bytes);
+
 }  // namespace saturate::remote
 
 #endif  // SATURATE_REMOTE_RANGE_READER_H_
