@@ -342,3 +342,24 @@ def test_hdf5_corrupt_image_fails_or_is_skipped_and_counted(tmp_path):
     assert summary["records"] == 5 and summary["skipped"] == 1
     assert "row 2" in summary["skip_notes"][0]
     assert read_all(str(tmp_path / "out.sat"))[1].tolist() == [0, 1, 3, 4, 5]
+
+
+def test_hdf5_unreadable_chunk_fails_or_its_rows_are_skipped(tmp_path):
+    pixels = np.stack([photo(i) for i in range(8)])
+    path = str(tmp_path / "chunks.h5")
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("images", data=pixels, chunks=(1, H, W, 3), compression="gzip")
+        f.create_dataset("labels", data=np.arange(8))
+        info = d.id.get_chunk_info(5)  # row 5's compressed chunk
+    with open(path, "r+b") as f:
+        f.seek(info.byte_offset + info.size // 2)
+        f.write(b"\xff" * 64)
+    r = cli("pack", path, str(tmp_path / "out.sat"), check=False)
+    assert r.returncode == 3, r.stderr
+    assert "chunks.h5: dataset 'images' row 5: cannot read" in r.stderr
+    summary = json.loads(cli("pack", path, str(tmp_path / "out.sat"), "--skip-bad", "--json",
+                             "-q").stdout)
+    assert summary["records"] == 7 and summary["skipped"] == 1
+    images, labels = read_all(str(tmp_path / "out.sat"), transforms=None)
+    assert labels.tolist() == [0, 1, 2, 3, 4, 6, 7]
+    assert np.array_equal(images, pixels[[0, 1, 2, 3, 4, 6, 7]])

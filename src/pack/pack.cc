@@ -636,7 +636,10 @@ Result<PackSummary> PackHdf5(const Hdf5Spec& spec, const std::string& out,
   }
   const bool labels = files[0]->has_labels();
   if (labels) ss.schema.fields.push_back(LabelField());
-  constexpr uint64_t kChunk = 256;  // rows per libhdf5 read
+  // Rows per libhdf5 read: 256, or fewer large raw images (at most ~64 MiB).
+  uint64_t pixel_bytes = 1;
+  for (int64_t d : files[0]->pixel_shape()) pixel_bytes *= static_cast<uint64_t>(d);
+  const uint64_t chunk_rows = std::clamp<uint64_t>((uint64_t{64} << 20) / pixel_bytes, 1, 256);
   size_t file = 0;
   uint64_t row = 0, chunk_begin = 0;
   std::vector<std::vector<std::byte>> chunk;
@@ -650,7 +653,7 @@ Result<PackSummary> PackHdf5(const Hdf5Spec& spec, const std::string& out,
     const formats::Hdf5File& f = *files[file];
     if (row >= chunk_begin + chunk.size()) {
       chunk_begin = row;
-      if (!f.ReadImages(row, std::min(kChunk, f.size() - row), &chunk).ok()) {
+      if (!f.ReadImages(row, std::min(chunk_rows, f.size() - row), &chunk).ok()) {
         // A chunk libhdf5 cannot read: row by row, so that only bad rows are bad.
         Status one = f.ReadImages(row, 1, &chunk);
         if (!one.ok()) {
