@@ -1,6 +1,8 @@
 // saturate._core, object-storage part: the ObjectStore (s3:// checkpoints,
 // python/saturate/checkpoint.py and dist_checkpoint.py) and the checkpoint
-// format helpers the Python layer needs to read a checkpoint it downloaded.
+// format helpers the Python layer needs to read a checkpoint it downloaded;
+// and checkpoint_span, the DistCheckpointer's spans with the save they belong
+// to (doctor matches a save's spans across ranks by them).
 //
 // Every call that does I/O or hashes releases the GIL. Errors become
 // saturate.errors exceptions named by the Status code, as in core.cc.
@@ -20,6 +22,7 @@
 #include "saturate/remote/object_store.h"
 #include "saturate/remote/objects.h"
 #include "saturate/remote/url.h"
+#include "saturate/trace/trace.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -141,6 +144,21 @@ void BindRemote(nb::module_& m) {
       .def("list", &PyObjectStore::List)
       .def("describe", &PyObjectStore::Describe, "name"_a)
       .def("stats", &PyObjectStore::Stats);
+  // A `checkpoint` span with {"step", "seq"} (and {"rank"} when rank >= 0:
+  // the rank a coordinator span waited for).
+  m.def(
+      "checkpoint_span",
+      [](const std::string& name, int64_t start_ns, int64_t end_ns, int64_t step, int64_t seq,
+         int64_t rank) {
+        if (rank >= 0) {
+          trace::RecordSpan(name, start_ns, end_ns, trace::Category::kCheckpoint,
+                            {{"step", step}, {"seq", seq}, {"rank", rank}});
+        } else {
+          trace::RecordSpan(name, start_ns, end_ns, trace::Category::kCheckpoint,
+                            {{"step", step}, {"seq", seq}});
+        }
+      },
+      "name"_a, "start_ns"_a, "end_ns"_a, "step"_a, "seq"_a, "rank"_a = -1);
   m.def(
       "is_remote_url", [](const std::string& path) { return remote::IsRemoteUrl(path); }, "path"_a);
   m.def(

@@ -521,6 +521,23 @@ def latest(dir: str, *, verify: bool = True) -> Optional[Dict[str, Any]]:
 # ---------------------------------------------------------------------------
 
 
+class _Span:
+    """A ``checkpoint`` span tagged with its save (step, seq) and, for the
+    coordinator's waits, the rank waited for: doctor lines up one save's
+    spans across ranks by these (src/doctor/checkpoint_ranks.h)."""
+
+    def __init__(self, name: str, step: int, seq: int, rank: int = -1):
+        self.args = (name, step, seq, rank)
+
+    def __enter__(self):
+        self.start = _core.trace_now_ns()
+        return self
+
+    def __exit__(self, *exc):
+        name, step, seq, rank = self.args
+        _core.checkpoint_span(name, self.start, _core.trace_now_ns(), step, seq, rank)
+
+
 def _dist():
     try:
         import torch.distributed as dist
@@ -658,7 +675,7 @@ class DistCheckpointer:
             raise InvalidArgumentError("save() after close()")
         start = time.perf_counter_ns()
         step = int(step)
-        with _core.Phase("checkpoint_save", "checkpoint"):
+        with _Span("checkpoint_save", step, self._seq + 1):
             items, ids = _collect(state)
             specs, pieces, keep = self._plan(items)
             self._seq += 1
@@ -707,7 +724,7 @@ class DistCheckpointer:
         path = f"{self.dir}/{rel}"
         deadline = time.monotonic() + self._commit_timeout_s
         delay = 0.001
-        with _core.Phase(f"checkpoint_wait_rank{rank}", "checkpoint"):
+        with _Span(f"checkpoint_wait_rank{rank}", step, seq, rank):
             while True:
                 got = _read_rank(self.dir, rel)
                 if got is not None and got[1].get("session") == self.session and \
@@ -722,7 +739,7 @@ class DistCheckpointer:
 
     def _commit(self, step: int, seq: int) -> None:
         ranks = [self._wait_rank(r, step, seq) for r in range(self.world_size)]
-        with _core.Phase("checkpoint_commit", "checkpoint"):
+        with _Span("checkpoint_commit", step, seq):
             body = _global_manifest(self.dir, step, ranks, self.world_size)
             body["sha256"] = hashlib.sha256(_canonical(body)).hexdigest()
             _write(self.dir, f"step-{step}.manifest.json", json.dumps(body, indent=1).encode())
@@ -804,7 +821,7 @@ class DistCheckpointer:
         path = _manifest_path(self.dir, step)
         deadline = time.monotonic() + (self._commit_timeout_s if timeout_s is None else timeout_s)
         delay = 0.001
-        with _core.Phase("checkpoint_wait_commit", "checkpoint"):
+        with _Span("checkpoint_wait_commit", step, seq):
             while True:
                 self._raise_error()
                 try:

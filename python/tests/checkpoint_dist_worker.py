@@ -120,6 +120,21 @@ def check_state(state, step, rank, world, scale=1):
     return sorted(got)
 
 
+class SlowSnapshots:
+    """The engine with every save() slower by `delay_s`, inside the save's span:
+    a rank whose snapshots are slow (a planted straggler for doctor)."""
+
+    def __init__(self, core, delay_s):
+        self.core, self.delay_s = core, delay_s
+
+    def save(self, *args):
+        time.sleep(self.delay_s)
+        return self.core.save(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.core, name)
+
+
 def upload_options(a):
     part = a.part_mib << 20
     return {"multipart_threshold_bytes": part, "part_bytes": part} if part else {}
@@ -145,6 +160,9 @@ def main():
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--scale", type=int, default=1)
     p.add_argument("--trace", default=None)
+    p.add_argument("--slow-rank", type=int, default=-1,
+                   help="save: this rank's snapshots take --slow-ms longer (doctor names it)")
+    p.add_argument("--slow-ms", type=int, default=0)
     p.add_argument("--part-mib", type=int, default=0,
                    help="s3:// DIR: multipart uploads in parts of this many MiB (>= 5)")
     a = p.parse_args()
@@ -163,6 +181,8 @@ def main():
         saturate.trace.start(os.path.join(a.trace, f"rank-{rank}"))
     if a.mode == "save":
         with dc.DistCheckpointer(a.dir, keep=2, **upload_options(a)) as ckpt:
+            if rank == a.slow_rank:
+                ckpt._core = SlowSnapshots(ckpt._core, a.slow_ms / 1000)
             for step in range(1, a.steps + 1):
                 ckpt.save(build_state(step, rank, world, mesh, a.scale), step)
                 ckpt.wait()

@@ -29,7 +29,7 @@ from saturate import dist_checkpoint as dc  # noqa: E402
 from saturate.checkpoint import CheckpointWarning  # noqa: E402
 from saturate.errors import CorruptionError, InvalidArgumentError  # noqa: E402
 
-from conftest import HERE, torch2_python, torchrun_env, torchrun_job  # noqa: E402
+from conftest import HERE, saturate_cmd, torch2_python, torchrun_env, torchrun_job  # noqa: E402
 
 WORKER = os.path.join(HERE, "checkpoint_dist_worker.py")
 TIMEOUT = 120
@@ -297,3 +297,33 @@ def test_kill_9_of_a_rank_mid_save_leaves_a_loadable_previous_checkpoint(tmp_pat
         assert torch.equal(state["half"], exp["half"]) and np.array_equal(state["np"], exp["np"])
         for step in steps[1:]:  # the older kept one verifies too
             assert dc.load(str(d), step=step, info=True)[1]["step"] == step
+
+
+def test_doctor_names_the_rank_each_save_waited_for(tmp_path):
+    """saturate doctor over a 2-rank job whose rank 1 snapshots 300 ms slower:
+    its checkpoint finding names rank 1 per save, with rank 0's wait at the
+    commit barrier, in findings.json and report.html."""
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    out.mkdir()
+    job = torchrun_cmd(2, "save", str(tmp_path / "ck"), str(out), "--steps", "3", "--slow-rank",
+                       "1", "--slow-ms", "300")
+    r = subprocess.run([*saturate_cmd(), "doctor", "--no-gpu", "--out", str(run_dir), "--", *job],
+                       env=torchrun_env(tmp_path), capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    report = json.loads((run_dir / "findings.json").read_text())
+    (finding,) = [f for f in report["findings"] if any(
+        e["key"] == "checkpoint_slowest_rank" for e in f["evidence"])]
+    assert finding["cause"] == "checkpoint_stall"
+    assert "rank 1 was the slowest in 3 of 3 saves" in finding["title"], finding["title"]
+    assert "rank 1 was the slowest" in r.stdout
+    evidence = {e["key"]: e for e in finding["evidence"]}
+    assert evidence["checkpoint_slowest_rank"]["value"] == 1
+    assert 200 <= evidence["checkpoint_others_waited_ms_per_save"]["value"] <= 2000, evidence
+    for step in (1, 2, 3):
+        line = evidence[f"save_{step}_others_waited_ms"]
+        assert line["unit"] == "ms" and line["value"] >= 200, line
+        assert line["text"].startswith(f"save {step}: rank 1 snapshotted "), line
+        assert "rank 0 waited" in line["text"] and "at the commit barrier" in line["text"]
+    html = (run_dir / "report.html").read_text()
+    assert evidence["save_2_others_waited_ms"]["text"] in html

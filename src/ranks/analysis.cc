@@ -6,6 +6,8 @@
 #include <map>
 #include <numeric>
 
+#include "doctor/checkpoint_ranks.h"
+
 namespace saturate::ranks {
 namespace {
 
@@ -707,6 +709,12 @@ Result<DirAnalysis> AnalyzeDir(const std::string& dir, const doctor::AnalysisOpt
   if (job.ranks.empty()) return Status::NotFound(dir + ": no rank folder could be read");
   const std::vector<RankSteps> table = StepTable(job);
   const std::optional<Straggler> straggler = FindStraggler(table);
+  std::map<int, std::vector<doctor::Span>> checkpoint_spans;  // a save's spans, rank by rank
+  for (const RankRun& r : job.ranks) {
+    for (const doctor::Span& s : r.run.spans) {
+      if (s.kind == doctor::SpanKind::kCheckpoint) checkpoint_spans[r.rank].push_back(s);
+    }
+  }
   out.run = std::move(job.ranks.front().run);  // the first rank: its own causes and its node
   out.run.meta.dir = dir;
   out.analysis = doctor::Analyze(out.run, options);
@@ -718,6 +726,8 @@ Result<DirAnalysis> AnalyzeDir(const std::string& dir, const doctor::AnalysisOpt
   std::vector<doctor::Finding> found =
       WithoutOwnCommunication(WithoutCpuParallelism(out.analysis.findings, shared_cores), extra);
   MergeFindings(extra, job.ranks.front().rank, &found);
+  doctor::AddCheckpointRanks(doctor::CheckpointSavesByRank(checkpoint_spans),
+                             out.analysis.features.duration_s, &found);
   out.analysis.findings = doctor::RankFindings(std::move(found), options.min_time_lost_pct);
   // A straggler too small to report is not named in the report either.
   const bool reported = std::any_of(
