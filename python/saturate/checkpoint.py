@@ -376,8 +376,13 @@ class Checkpointer:
     # load(dir, map_location=None, *, mmap=True, info=False): see load() below.
 
     @staticmethod
-    def list(dir: str) -> List[Tuple[int, str]]:
-        """Committed checkpoints (step, path), newest first (not verified)."""
+    def list(dir: str, *, endpoint: Optional[str] = None) -> List[Tuple[int, str]]:
+        """Committed checkpoints (step, path), newest first (not verified); for
+        an s3:// ``dir``, the steps whose manifest object exists."""
+        if _is_remote(dir):
+            url = dir.rstrip("/")
+            committed, _ = _remote_steps(_core.ObjectStore(url, endpoint or "").list())
+            return [(step, f"{url}/step-{step}") for step in committed]
         return [tuple(x) for x in _core.checkpoint_list(os.fspath(dir))]
 
     @staticmethod
