@@ -204,6 +204,14 @@ def test_pack_to_s3_then_read_it_like_a_local_dataset(s3, folder, tmp_path):
     bench = json.loads(cli("bench", "feed", url, "-b", "8", "--warmup", "0", "--json",
                            "-t", "image:" + TRANSFORM).stdout)
     assert bench["samples"] == 48 and bench["remote"]["bytes_fetched"] >= info["bytes"]
+    # tune feed takes the flags too: the endpoint given on the command line, not the environment.
+    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
+    r = subprocess.run([*saturate_cmd(), "tune", "feed", url, "--endpoint", s3.endpoint,
+                        "--threads", "1,2", "--prefetch", "2", "--trial-seconds", "0.3s", "-b", "8",
+                        "-t", "image:" + TRANSFORM, "-o", str(tmp_path / "tune"), "--no-html"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert os.path.exists(tmp_path / "tune" / "tune.json"), os.listdir(tmp_path / "tune")
     # An existing dataset is not replaced without --force.
     r = cli("pack", "folder", folder, url, "-q", check=False)
     assert r.returncode != 0 and "--force" in r.stderr

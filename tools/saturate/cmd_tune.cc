@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "feed/measure.h"
 #include "feed_run.h"
+#include "remote_flags.h"
 #include "saturate/feed/loader.h"
 #include "tune/measure.h"
 #include "tune/report.h"
@@ -140,6 +141,7 @@ struct FeedTuneFlags {
   std::vector<std::string> transforms;
   std::string out;
   bool no_html = false;
+  remote::RemoteOptions remote;
 };
 
 // The loader at `threads` x `prefetch` for `seconds`, epochs repeating; the
@@ -151,6 +153,7 @@ Result<tune::FeedPoint> FeedTrial(const FeedTuneFlags& f, int threads, int prefe
   o.batch_size = f.batch;
   o.threads = threads;
   o.prefetch = prefetch;
+  o.remote = f.remote;
   SATURATE_ASSIGN_OR_RETURN(o.fields, ParseTransforms(f.transforms));
   SATURATE_ASSIGN_OR_RETURN(std::unique_ptr<feed::Loader> loader, feed::Loader::Open(o));
   SATURATE_ASSIGN_OR_RETURN(feed::FeedMeasurement m,
@@ -219,7 +222,8 @@ void RegisterTuneFeed(CLI::App* tune_cmd, int* exit_code) {
       "where more threads stop helping or start to hurt.\n"
       "  saturate tune feed data/train.sat --threads 1..16:x2 --prefetch 2,4,8 -t "
       "image:crop=random,size=224");
-  cmd->add_option("DATASET", f->dataset, "Dataset directory")->required();
+  cmd->add_option("DATASET", f->dataset, "Dataset directory, s3://bucket/prefix or http(s)://")
+      ->required();
   cmd->add_option("--threads", f->threads,
                   "Thread counts: a list 1,2,4 or a range 1..32:x2 (default: powers of 2 up to "
                   "the CPUs)");
@@ -236,6 +240,7 @@ void RegisterTuneFeed(CLI::App* tune_cmd, int* exit_code) {
                   "Per-field transform FIELD:OPTION,... as in bench feed (repeatable)");
   cmd->add_option("-o,--out", f->out, "Output directory (default: runs/tune-feed-DATE-TIME)");
   cmd->add_flag("--no-html", f->no_html, "Do not write report.html");
+  AddRemoteFlags(cmd, &f->remote);
   cmd->callback([exit_code, f] {
     Result<int> r = RunTuneFeed(*f);
     *exit_code = r.ok() ? *r : ReportError("tune feed", r.status());
