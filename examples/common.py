@@ -46,12 +46,25 @@ def threads_arg(text: str) -> Union[int, str]:
     return text if text == "auto" else positive_int(text)
 
 
+class Url(str):
+    """A dataset location in object storage: joins with ``/`` as a Path does."""
+
+    def __truediv__(self, name: str) -> "Url":
+        return Url(self.rstrip("/") + "/" + name)
+
+
+def data_location(text: str) -> Union[Path, Url]:
+    """argparse type for --data: a directory, or an s3:// / http(s):// prefix."""
+    return Url(text) if text.startswith(("s3://", "http://", "https://")) else Path(text)
+
+
 def add_train_args(parser: argparse.ArgumentParser, *, batch_size: int, lr: float) -> None:
     """The flags both training examples share; the defaults that differ are arguments."""
     parser.add_argument("--loader", choices=("saturate", "torch"), default="saturate",
                         help="saturate.Loader or torch's DataLoader (default: %(default)s)")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, metavar="DIR",
-                        help="directory of the packed datasets (default: %(default)s)")
+    parser.add_argument("--data", type=data_location, default=DEFAULT_DATA, metavar="DIR",
+                        help="directory of the packed datasets, or an s3:// / https:// prefix "
+                             "holding them (default: %(default)s)")
     parser.add_argument("--epochs", type=positive_int,
                         help="epochs to run (default: 1, or as many as --max-steps takes)")
     parser.add_argument("--max-steps", type=positive_int, metavar="N",
@@ -140,10 +153,9 @@ def describe(loader: Iterable) -> str:
     return type(loader).__name__
 
 
-def class_names(dataset: Path) -> list[str]:
+def class_names(loader: SaturateBatches) -> list[str]:
     """The class names a packed dataset records (docs/record-format.md)."""
-    with open(Path(dataset) / "manifest.json", encoding="utf-8") as f:
-        return json.load(f)["class_names"]
+    return loader.loader.class_names
 
 
 # ---------------------------------------------------------------- device

@@ -35,7 +35,7 @@ def make_loader(args: argparse.Namespace):
         T.ToDtype("float16" if on_gpu else "float32"),
         T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD), T.ToLayout("channels_last" if on_gpu else "chw")]}
     loader = common.saturate_batches(dataset, args, transforms, shuffle=True)
-    return loader, len(common.class_names(dataset))
+    return loader, len(common.class_names(loader))
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:

@@ -684,7 +684,8 @@ NB_MODULE(_core, m) {
                    [](const PyLoader& l) { return l.loader().batches_per_epoch(); })
       .def_prop_ro("batch_bytes", [](const PyLoader& l) { return l.loader().batch_bytes(); })
       .def_prop_ro("rank", [](const PyLoader& l) { return l.loader().rank(); })
-      .def_prop_ro("world_size", [](const PyLoader& l) { return l.loader().world_size(); });
+      .def_prop_ro("world_size", [](const PyLoader& l) { return l.loader().world_size(); })
+      .def_prop_ro("class_names", [](const PyLoader& l) { return l.loader().class_names(); });
 
   m.def(
       "pack_folder",

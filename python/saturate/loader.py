@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
 
 from . import _core
 from .transforms import field_spec
@@ -271,6 +271,11 @@ class Loader:
     @property
     def world_size(self) -> int:
         return self._core.world_size
+
+    @property
+    def class_names(self) -> List[str]:
+        """The dataset's class names (label i is ``class_names[i]``); empty when it has none."""
+        return list(self._core.class_names)
 
     def _next_with_info(self):
         """(tensors, info) or None at the epoch's end; for tests: info holds the

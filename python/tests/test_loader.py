@@ -166,3 +166,9 @@ def test_python_m_saturate_runs_the_cli(digits):
     result = run_python(["-m", "saturate", "inspect", "--json", digits])
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["records"] == DIGITS
+
+
+def test_class_names_are_the_manifests(photos):
+    with open(os.path.join(photos, "manifest.json")) as f:
+        want = json.load(f)["class_names"]
+    assert want and saturate.Loader(photos, 4).class_names == want

@@ -232,6 +232,26 @@ def test_pack_to_s3_from_python(s3, folder, tmp_path):
                 and os.path.getmtime(os.path.join(tempfile.gettempdir(), p)) > time.time() - 60]
 
 
+def test_readme_example_trains_from_s3_with_a_cache(s3, folder, tmp_path):
+    """examples/train_resnet18_photos.py, unchanged, with --data s3://...: what the README
+    shows a new user, read through the cache directory."""
+    pytest.importorskip("torchvision")
+    packed(folder, f"s3://{BUCKET}/data/photos-train.sat")
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples",
+                           "train_resnet18_photos.py")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path),
+               SATURATE_CACHE_DIR=str(tmp_path / "cache"))
+    for _ in range(2):  # cold, then warm
+        r = subprocess.run([sys.executable, example, "--data", f"s3://{BUCKET}/data",
+                            "--image-size", "32", "--batch-size", "8", "--max-steps", "4",
+                            "--warmup", "1", "--threads", "2", "--json"],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr
+        result = json.loads(r.stdout.strip().splitlines()[-1])
+        assert result["images_per_s"] > 0, result
+    assert os.listdir(tmp_path / "cache")
+
+
 def test_multipart_upload_of_a_large_shard(s3, tmp_path):
     rng = np.random.default_rng(1)
     write_idx(str(tmp_path / "images.gz"), rng.integers(0, 256, (180, 256, 256)))

@@ -333,6 +333,7 @@ class Loader::Impl {
   const SamplePlan& plan() const { return plan_; }
   uint64_t dataset_size() const { return dataset_->size(); }
   const format::Schema& schema() const { return dataset_->schema(); }
+  const std::vector<std::string>& class_names() const { return dataset_->manifest().class_names; }
 
  private:
   // Measurements at the start of an autotuning window.
@@ -776,6 +777,7 @@ uint64_t Loader::batch_bytes() const { return impl_->plan().batch_bytes(); }
 uint32_t Loader::rank() const { return impl_->sampler().options().shard.rank; }
 uint32_t Loader::world_size() const { return impl_->sampler().options().shard.world_size; }
 const format::Schema& Loader::schema() const { return impl_->schema(); }
+const std::vector<std::string>& Loader::class_names() const { return impl_->class_names(); }
 Result<std::optional<Batch>> Loader::Next() { return impl_->Next(); }
 bool Loader::WaitForNext(std::chrono::nanoseconds timeout) { return impl_->WaitForNext(timeout); }
 Status Loader::SetEpoch(uint64_t epoch) { return impl_->SetEpoch(epoch, 0); }

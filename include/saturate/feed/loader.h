@@ -259,6 +259,7 @@ class Loader : public BatchSource {
   uint32_t rank() const;
   uint32_t world_size() const;
   const format::Schema& schema() const;
+  const std::vector<std::string>& class_names() const;  // the manifest's; label i is [i]
 
   Result<std::optional<Batch>> Next() override;
   bool WaitForNext(std::chrono::nanoseconds timeout) override;
