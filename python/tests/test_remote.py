@@ -252,6 +252,35 @@ def test_readme_example_trains_from_s3_with_a_cache(s3, folder, tmp_path):
     assert os.listdir(tmp_path / "cache")
 
 
+def test_elastic_resume_from_s3_reads_every_sample_once(s3, tmp_path):
+    """Saved by 2 ranks, resumed by 3 (block shuffle, a small read-ahead): the rest of the
+    epoch's samples each read once, from the bucket."""
+    write_idx(str(tmp_path / "images.gz"), np.stack([np.full((8, 8), i) for i in range(101)]))
+    write_idx(str(tmp_path / "labels.gz"), np.arange(101))
+    url = f"s3://{BUCKET}/digits"
+    saturate.pack(str(tmp_path / "images.gz"), url, labels=str(tmp_path / "labels.gz"),
+                  shard_size="2KiB", force=True)
+    opts = dict(seed=3, framework="numpy", shuffle="block", readahead_bytes=4096)
+
+    def labels(loader, batches=None):
+        out = []
+        for i, batch in enumerate(loader):
+            out += batch["label"].tolist()
+            if batches is not None and i + 1 == batches:
+                break
+        return out
+
+    two = [saturate.Loader(url, 8, rank=r, world_size=2, **opts) for r in range(2)]
+    seen = sum((labels(loader, 3) for loader in two), [])
+    state = two[0].state_dict()
+    three = [saturate.Loader(url, 5, rank=r, world_size=3, **opts) for r in range(3)]
+    for loader in three:
+        loader.load_state_dict(state)
+    rest = sum((labels(loader) for loader in three), [])
+    assert len(seen) == 48 and len(rest) == len(set(rest)) == 54  # 53, padded by one
+    assert sorted(set(seen + rest)) == list(range(101))
+
+
 def test_multipart_upload_of_a_large_shard(s3, tmp_path):
     rng = np.random.default_rng(1)
     write_idx(str(tmp_path / "images.gz"), rng.integers(0, 256, (180, 256, 256)))
