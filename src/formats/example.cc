@@ -1,6 +1,11 @@
 #include "formats/example.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <map>
 
 #include "example.pb.h"
@@ -141,8 +146,8 @@ ExamplePlan PlanForSchema(const format::Schema& schema, const std::string& image
   return plan;
 }
 
-Status ExtractExample(std::span<const std::byte> record, const format::Schema& schema,
-                      const std::vector<std::string>& features_of, Sample* sample) {
+Status ExtractExampleParsed(std::span<const std::byte> record, const format::Schema& schema,
+                            const std::vector<std::string>& features_of, Sample* sample) {
   if (record.size() > (size_t{1} << 31) - 1) {
     return Status::Corruption("record of " + std::to_string(record.size()) + " bytes is too large");
   }
@@ -196,6 +201,237 @@ Status ExtractExample(std::span<const std::byte> record, const format::Schema& s
   }
   sample->keep = std::move(ex);
   return Status::OK();
+}
+
+namespace {
+
+// Float lists are viewed as the record holds them: little-endian.
+static_assert(std::endian::native == std::endian::little);
+
+using google::protobuf::io::CodedInputStream;
+using WF = google::protobuf::internal::WireFormatLite;
+
+constexpr uint32_t kLengthDelimited1 = WF::MakeTag(1, WF::WIRETYPE_LENGTH_DELIMITED);
+constexpr uint32_t kLengthDelimited2 = WF::MakeTag(2, WF::WIRETYPE_LENGTH_DELIMITED);
+constexpr uint32_t kLengthDelimited3 = WF::MakeTag(3, WF::WIRETYPE_LENGTH_DELIMITED);
+
+// One feature as the walk below finds it: where its values lie in the record.
+struct FeatureView {
+  int kind = 0;  // the tag of Feature's oneof: 1 bytes_list, 2 float_list, 3 int64_list
+  int count = 0;
+  std::span<const std::byte> first;   // bytes_list: the first value
+  std::span<const std::byte> packed;  // float_list / int64_list: the packed values
+};
+
+// The walk over one tf.Example in the layout every writer produces (TensorFlow's
+// SerializeToString, the tfrecord package, SerializeExample): each message's
+// fields once and in field order, map entries as key then value, float and
+// int64 lists packed. `in` reads the whole record, which `base` starts. Any
+// other layout, which protobuf also accepts (a field repeated and merged, an
+// unpacked list, unknown fields, a group, a key that is not ASCII), returns
+// false, as does anything malformed: the generated parser then decides.
+class CanonicalWalk {
+ public:
+  CanonicalWalk(std::span<const std::byte> record, const std::vector<std::string>& wanted)
+      : base_(record.data()),
+        size_(static_cast<int>(record.size())),
+        in_(reinterpret_cast<const uint8_t*>(record.data()), static_cast<int>(record.size())),
+        wanted_(wanted),
+        found_(wanted.size()) {}
+
+  bool Run() {
+    uint32_t tag = in_.ReadTag();
+    if (tag == kLengthDelimited1) {  // Example.features
+      if (!Nested([&] { return Features(); })) return false;
+      tag = in_.ReadTag();
+    }
+    return tag == 0 && in_.ConsumedEntireMessage();  // the end, not a zero tag
+  }
+
+  const std::vector<FeatureView>& found() const { return found_; }
+
+ private:
+  // Bytes left in the current message (the record at the top).
+  uint32_t Left() const {
+    const int limit = in_.BytesUntilLimit();
+    return static_cast<uint32_t>(limit >= 0 ? limit : size_ - in_.CurrentPosition());
+  }
+
+  // Reads a length, limits the stream to it, runs `body`, which must consume
+  // exactly that much.
+  template <typename F>
+  bool Nested(F body) {
+    uint32_t length = 0;
+    if (!in_.ReadVarint32(&length) || length > Left()) return false;
+    const CodedInputStream::Limit limit = in_.PushLimit(static_cast<int>(length));
+    if (!body() || in_.BytesUntilLimit() != 0) return false;
+    in_.PopLimit(limit);
+    return true;
+  }
+
+  // A length-delimited field's bytes, viewed where they lie.
+  bool View(std::span<const std::byte>* out) {
+    uint32_t length = 0;
+    if (!in_.ReadVarint32(&length) || length > Left()) return false;
+    *out = std::span(base_ + in_.CurrentPosition(), length);
+    return in_.Skip(static_cast<int>(length));
+  }
+
+  bool Features() {
+    for (uint32_t tag; (tag = in_.ReadTag()) != 0;) {
+      if (tag != kLengthDelimited1 || !Nested([&] { return Entry(); })) return false;
+    }
+    return in_.ConsumedEntireMessage();
+  }
+
+  bool Entry() {
+    std::span<const std::byte> key;
+    if (in_.ReadTag() != kLengthDelimited1 || !View(&key)) return false;
+    for (std::byte b : key) {
+      if (static_cast<uint8_t>(b) >= 0x80) return false;  // UTF-8 checks: the parser's
+    }
+    FeatureView view;
+    if (in_.ReadTag() != kLengthDelimited2 || !Nested([&] { return Feature(&view); })) {
+      return false;
+    }
+    if (in_.BytesUntilLimit() != 0) return false;
+    for (size_t i = 0; i < wanted_.size(); ++i) {
+      const std::string& w = wanted_[i];
+      if (w.size() != key.size() || std::memcmp(w.data(), key.data(), key.size()) != 0) continue;
+      if (found_[i].kind != 0) return false;  // a key twice: the parser's rule
+      found_[i] = view;
+    }
+    return true;
+  }
+
+  bool Feature(FeatureView* view) {
+    const uint32_t tag = in_.ReadTag();
+    if (tag == kLengthDelimited1) {
+      view->kind = 1;
+      if (!Nested([&] { return BytesList(view); })) return false;
+    } else if (tag == kLengthDelimited2 || tag == kLengthDelimited3) {
+      view->kind = tag == kLengthDelimited2 ? 2 : 3;
+      if (!Nested([&] { return PackedList(view); })) return false;
+    } else {
+      return false;  // an empty Feature (no kind) or another field
+    }
+    return in_.BytesUntilLimit() == 0;
+  }
+
+  bool BytesList(FeatureView* view) {
+    for (uint32_t tag; (tag = in_.ReadTag()) != 0;) {
+      std::span<const std::byte> value;
+      if (tag != kLengthDelimited1 || !View(&value)) return false;
+      if (view->count++ == 0) view->first = value;
+    }
+    return in_.ConsumedEntireMessage();
+  }
+
+  // FloatList / Int64List: nothing, or field 1 packed, once.
+  bool PackedList(FeatureView* view) {
+    const uint32_t tag = in_.ReadTag();
+    if (tag == 0) return in_.ConsumedEntireMessage();
+    if (tag != kLengthDelimited1 || !View(&view->packed)) return false;
+    if (view->kind == 2) {
+      if (view->packed.size() % 4 != 0) return false;
+      view->count = static_cast<int>(view->packed.size() / 4);
+    } else {
+      // Count the varints; each must end within the list and be at most 10
+      // bytes whose last holds no bits past the 64th.
+      size_t n = 0, run = 0;
+      for (std::byte b : view->packed) {
+        ++run;
+        if ((static_cast<uint8_t>(b) & 0x80) == 0) {
+          if (run > 10 || (run == 10 && static_cast<uint8_t>(b) > 1)) return false;
+          ++n;
+          run = 0;
+        }
+      }
+      if (run != 0) return false;
+      view->count = static_cast<int>(n);
+    }
+    return in_.ReadTag() == 0 && in_.ConsumedEntireMessage();
+  }
+
+  const std::byte* base_;
+  const int size_;
+  CodedInputStream in_;
+  const std::vector<std::string>& wanted_;
+  std::vector<FeatureView> found_;
+};
+
+// Decodes the packed varints of an int64_list (CanonicalWalk checked them).
+void DecodeVarints(std::span<const std::byte> packed, std::vector<std::byte>* out) {
+  const auto* p = reinterpret_cast<const uint8_t*>(packed.data());
+  const uint8_t* end = p + packed.size();
+  while (p < end) {
+    uint64_t v = 0;
+    for (int shift = 0;; shift += 7) {
+      const uint8_t b = *p++;
+      v |= uint64_t{b & 0x7fu} << shift;
+      if ((b & 0x80) == 0) break;
+    }
+    const size_t at = out->size();
+    out->resize(at + 8);
+    std::memcpy(out->data() + at, &v, 8);
+  }
+}
+
+}  // namespace
+
+bool ExtractExampleInPlace(std::span<const std::byte> record, const format::Schema& schema,
+                           const std::vector<std::string>& features_of, Sample* sample) {
+  if (record.size() > (size_t{1} << 31) - 1) return false;
+  CanonicalWalk walk(record, features_of);
+  if (!walk.Run()) return false;
+  const std::vector<FeatureView>& found = walk.found();
+  // The checks of ExtractExampleParsed; where one fails, it makes the error.
+  std::vector<std::span<const std::byte>> fields(schema.fields.size());
+  size_t owned = 0;
+  for (size_t i = 0; i < schema.fields.size(); ++i) {
+    const FieldSpec& spec = schema.fields[i];
+    const FeatureView& f = found[i];
+    const bool required = spec.kind == FieldKind::kImage || spec.kind == FieldKind::kInt64 ||
+                          spec.kind == FieldKind::kFloat32;
+    if (f.kind == 0) {
+      if (required) return false;
+      continue;
+    }
+    const bool bytes = spec.kind == FieldKind::kImage || spec.kind == FieldKind::kBytes;
+    const bool ints = spec.kind == FieldKind::kInt64 ||
+                      (spec.kind == FieldKind::kVarArray && spec.dtype == DType::kInt64);
+    if (f.kind != (bytes ? 1 : ints ? 3 : 2)) return false;
+    if (spec.kind != FieldKind::kVarArray && (f.count > 1 || (required && f.count != 1))) {
+      return false;
+    }
+    if (f.count == 0) continue;
+    if (bytes) {
+      if (spec.kind == FieldKind::kImage && f.first.empty()) return false;
+      fields[i] = f.first;
+    } else if (!ints) {
+      fields[i] = f.packed;  // little-endian floats, as the record holds them
+    } else {
+      ++owned;
+    }
+  }
+  // int64s are varints in the record: decoded into the sample's storage.
+  sample->owned.reserve(sample->owned.size() + owned);
+  for (size_t i = 0; i < schema.fields.size() && owned > 0; ++i) {
+    const FeatureView& f = found[i];
+    if (f.kind != 3 || f.count == 0 || !fields[i].empty()) continue;
+    --owned;
+    sample->owned.emplace_back();
+    DecodeVarints(f.packed, &sample->owned.back());
+    fields[i] = sample->owned.back();
+  }
+  sample->fields = std::move(fields);
+  return true;
+}
+
+Status ExtractExample(std::span<const std::byte> record, const format::Schema& schema,
+                      const std::vector<std::string>& features_of, Sample* sample) {
+  if (ExtractExampleInPlace(record, schema, features_of, sample)) return Status::OK();
+  return ExtractExampleParsed(record, schema, features_of, sample);
 }
 
 std::string SerializeExample(const std::vector<ExampleValue>& features) {

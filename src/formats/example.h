@@ -35,10 +35,23 @@ Result<ExamplePlan> InferExampleFields(std::span<const std::span<const std::byte
 ExamplePlan PlanForSchema(const format::Schema& schema, const std::string& image_key,
                           const std::string& label_key);
 
-// Parses `record` and sets sample->fields (views into sample->keep): field i
-// of `schema` from feature `features[i]`.
+// Sets sample->fields from `record`: field i of `schema` from feature
+// `features[i]`. The views point into `record` (the image bytes where they
+// lie, no copy) or into the sample's storage, so `record` must outlive them.
+// ExtractExampleInPlace reads records in the layout writers produce with
+// protobuf's wire-format reader (io::CodedInputStream), copying nothing but
+// int64 varints; it returns false, setting nothing, for any other layout
+// protobuf also accepts, for malformed records and for any check that fails.
+// ExtractExampleParsed parses with the generated tf.Example parser (the
+// reference: views into sample->keep). ExtractExample tries the first and
+// falls back to the second, which then makes the error; both give the same
+// fields for every record the first accepts (example_test, tfrecord_fuzz).
 Status ExtractExample(std::span<const std::byte> record, const format::Schema& schema,
                       const std::vector<std::string>& features, Sample* sample);
+bool ExtractExampleInPlace(std::span<const std::byte> record, const format::Schema& schema,
+                           const std::vector<std::string>& features, Sample* sample);
+Status ExtractExampleParsed(std::span<const std::byte> record, const format::Schema& schema,
+                            const std::vector<std::string>& features, Sample* sample);
 
 // A serialized tf.Example (tests and fuzz seeds): features of one kind each.
 struct ExampleValue {
