@@ -1,28 +1,40 @@
 #!/usr/bin/env bash
-# RRC-224 feed of the same photos in four ways, side by side in one run (issue 23):
+# RRC-224 feed of the same photos in four (five) ways, side by side in one run (issue 23):
 #   - WebDataset shards read directly by saturate (`saturate bench feed 'wds-{0..3}.tar'`);
 #   - the same shards through `webdataset` + torch DataLoader (the best of several worker counts);
 #   - TFRecord files of tf.Example read directly by saturate;
-#   - the shards packed into saturate's format (`saturate pack`), fed by saturate.
+#   - with TF_PYTHON, the same TFRecord files through tf.data (bench/tfdata_feed.py:
+#     TFRecordDataset, parse_single_example, decode_and_crop_jpeg, resize, AUTOTUNE);
+#   - the shards packed into saturate's format (`saturate pack`), fed by saturate;
+#   - the same, packed with --keep-jpeg-bytes: the JPEGs as the shards hold them (no restart
+#     markers), so its ratio to direct reading is the cost of reading alone.
 # The shards and TFRecord files are written by the formats' reference writers
 # (webdataset.TarWriter, the tfrecord package). Prints images/s and the ratios.
 #
 # usage: bench/formats_feed.sh [PHOTOS] [REPEATS]
 #   PHOTOS   an ImageFolder (default /tmp/saturate-bench-photos/train, made with
 #            scripts/make-photo-dataset --train 1000 --val 0 if missing)
-#   env      SATURATE_CLI (default build/ci/tools/saturate/saturate), PYTHON (default
-#            .venv/bin/python, with torch, torchvision, webdataset and tfrecord), THREADS
-#            (default: all cores), WORKERS (DataLoader worker counts, default "0 1 2 4"),
-#            BATCHES (timed batches per run, default 30)
+#   env      SATURATE_CLI (default build-bench/tools/saturate/saturate, the Release build, when
+#            built, else build/ci/tools/saturate/saturate), PYTHON (default .venv/bin/python,
+#            with torch, torchvision, webdataset and tfrecord), TF_PYTHON (a Python with
+#            tensorflow or tensorflow-cpu, e.g. .venv-tf/bin/python; unset: no tf.data side),
+#            THREADS (saturate's threads and TensorFlow's pools, default: all cores), WORKERS
+#            (DataLoader worker counts, default "0 1 2 4"), BATCHES (timed batches per
+#            DataLoader run, default 30), TF_BATCHES (timed batches per tf.data run, default 92:
+#            as many as saturate's 2 epochs of 3,000 photos, after 5 warm-up batches)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SAT=${SATURATE_CLI:-build/ci/tools/saturate/saturate}
+SAT=build/ci/tools/saturate/saturate
+[[ -x build-bench/tools/saturate/saturate ]] && SAT=build-bench/tools/saturate/saturate
+SAT=${SATURATE_CLI:-$SAT}
+TF_PY=${TF_PYTHON:-}
 PY=${PYTHON:-.venv/bin/python}
 PHOTOS=${1:-/tmp/saturate-bench-photos/train}
 REPEATS=${2:-3}
 THREADS=${THREADS:-$(nproc)}
 WORKERS=${WORKERS:-"0 1 2 4"}
 BATCHES=${BATCHES:-30}
+TF_BATCHES=${TF_BATCHES:-92}
 if [[ ! -d $PHOTOS ]]; then
   scripts/make-photo-dataset "$(dirname "$PHOTOS")" --train 1000 --val 0
 fi
@@ -51,6 +63,7 @@ for s in range(4):
 print(f"formats_feed: {len(files)} photos in 4 WebDataset shards and 4 TFRecord files")
 PY
 "$SAT" pack "$work/wds-{0..3}.tar" "$work/packed.sat" -q >/dev/null
+"$SAT" pack "$work/wds-{0..3}.tar" "$work/packed-kept.sat" -q --keep-jpeg-bytes >/dev/null
 
 feed() {  # MODE DATASET
   "$SAT" bench feed "$2" --json --threads "$THREADS" --warmup 2 -b 64 --epochs 2 \
@@ -87,7 +100,12 @@ PY
 for _ in $(seq "$REPEATS"); do
   feed "saturate direct WebDataset" "$work/wds-{0..3}.tar"
   feed "saturate direct TFRecord" "$work/tf-*.tfrecord"
+  if [[ -n $TF_PY ]]; then
+    "$TF_PY" bench/tfdata_feed.py "$work/tf-*.tfrecord" "$THREADS" "$TF_BATCHES" 2>/dev/null \
+      >>"$work/results.jsonl"
+  fi
   feed "saturate packed" "$work/packed.sat"
+  feed "saturate packed, JPEG bytes kept" "$work/packed-kept.sat"
   for w in $WORKERS; do torch_feed "$w"; done
 done
 "$PY" - "$work/results.jsonl" "$THREADS" <<'PY'
@@ -104,4 +122,9 @@ direct, packed = rate["saturate direct WebDataset"], rate["saturate packed"]
 print(f"direct WebDataset / best webdataset+DataLoader: {direct / torch_best:.2f}x")
 print(f"direct WebDataset / packed: {direct / packed:.0%}; "
       f"direct TFRecord / packed: {rate['saturate direct TFRecord'] / packed:.0%}")
+kept = rate["saturate packed, JPEG bytes kept"]
+print(f"the same JPEG bytes (packed --keep-jpeg-bytes): direct WebDataset {direct / kept:.0%}, "
+      f"direct TFRecord {rate['saturate direct TFRecord'] / kept:.0%}")
+if "tf.data (AUTOTUNE)" in rate:
+    print(f"direct TFRecord / tf.data: {rate['saturate direct TFRecord'] / rate['tf.data (AUTOTUNE)']:.2f}x")
 PY
