@@ -572,6 +572,11 @@ def test_slow_server_behind_a_latency_proxy(s3, folder):
     assert proxy.requests >= stats["remote_requests"] > 12  # every request went through it
     assert stats["remote_errors"] == 0
     assert peak > 1, stats
+    # The server is gone now and the workers' read-ahead of the next epoch is retrying
+    # (for up to 2 minutes each): closing the loader cancels them instead of waiting.
+    start = time.monotonic()
+    del loader
+    assert time.monotonic() - start < 30
 
 
 def test_server_killed_and_restarted_mid_epoch(s3, folder, tmp_path):

@@ -151,6 +151,9 @@ class Loader::Impl {
       std::lock_guard<std::mutex> lock(shared_->mu);
       shared_->stop = true;
     }
+    // A worker retrying a remote read against a dead server would hold the
+    // join for minutes.
+    dataset_->CancelRemote();
     shared_->work_cv.notify_all();
     shared_->ready_cv.notify_all();
     for (std::thread& t : workers_) t.join();

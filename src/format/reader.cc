@@ -196,6 +196,10 @@ void Dataset::PlanReads(std::span<const uint64_t> indices, bool replace) const {
   remote_->Plan(ranges, replace);
 }
 
+void Dataset::CancelRemote() const {
+  if (remote_) remote_->Cancel();
+}
+
 remote::RemoteStats Dataset::remote_stats() const {
   return remote_ ? remote_->stats() : remote::RemoteStats{};
 }

@@ -392,6 +392,10 @@ class CurlStore final : public ObjectStore {
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &ctx);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, resp);
+    // Cancel() aborts a transfer in flight (curl calls this about once a second, and on data).
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, OnProgress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, static_cast<const ObjectStore*>(this));
     curl_slist* headers = nullptr;
     for (const std::string& h : req->headers) headers = curl_slist_append(headers, h.c_str());
     // No "Expect:" override: curl 7.88 signs the empty header it then omits.
@@ -452,6 +456,18 @@ class CurlStore final : public ObjectStore {
     return Status::IOError(what + ": " + detail);
   }
 
+  static int OnProgress(void* store, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+    return static_cast<const ObjectStore*>(store)->cancelled() ? 1 : 0;
+  }
+
+  // The backoff wait, in slices, so that Cancel() ends it promptly.
+  void SleepUnlessCancelled(uint64_t delay_ns) const {
+    constexpr uint64_t kSliceNs = 50'000'000;
+    for (uint64_t slept = 0; slept < delay_ns && !cancelled(); slept += kSliceNs) {
+      std::this_thread::sleep_for(std::chrono::nanoseconds(std::min(kSliceNs, delay_ns - slept)));
+    }
+  }
+
   Status Perform(Request* req, Response* resp, std::string_view name) {
     CURL* c = Acquire();
     if (c == nullptr) return Status::Internal("curl_easy_init failed");
@@ -461,6 +477,10 @@ class CurlStore final : public ObjectStore {
     Status result;
     const uint64_t skip = req->skip;
     while (true) {
+      if (cancelled()) {
+        result = Status::Cancelled(Describe(name) + ": cancelled (the reader is closing)");
+        break;
+      }
       *resp = Response{};
       req->skip = skip;
       std::string error;
@@ -474,7 +494,7 @@ class CurlStore final : public ObjectStore {
         const uint64_t delay = BackoffDelayNs(options_.retry, attempts - 1, rng());
         if (MayRetry(options_.retry, attempts, Nanos(start, Clock::now()), delay)) {
           ++counters_.retries;
-          std::this_thread::sleep_for(std::chrono::nanoseconds(delay));
+          SleepUnlessCancelled(delay);
           continue;
         }
       }

@@ -82,10 +82,13 @@ class RangeReader::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
     }
+    Cancel();  // a fetch retrying against a dead server ends now, not in minutes
     work_cv_.notify_all();
     done_cv_.notify_all();
     for (std::thread& t : threads_) t.join();
   }
+
+  void Cancel() { store_->Cancel(); }
 
   void Plan(std::span<const ByteRange> ranges, bool replace) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -496,5 +499,6 @@ std::string RangeReader::cache_dir() const { return impl_->cache_dir(); }
 const ObjectStore& RangeReader::store() const { return impl_->store(); }
 const std::vector<ObjectInfo>& RangeReader::objects() const { return impl_->objects(); }
 RemoteStats RangeReader::stats() const { return impl_->stats(); }
+void RangeReader::Cancel() { impl_->Cancel(); }
 
 }  // namespace saturate::remote

@@ -1,6 +1,16 @@
 #include "remote/retry.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <thread>
+
+#include "saturate/remote/url.h"
 
 namespace saturate::remote {
 namespace {
@@ -42,6 +52,37 @@ TEST(Retry, StopsAtAttemptsOrDeadline) {
   EXPECT_TRUE(MayRetry(o, 2, 900, 100));
   EXPECT_FALSE(MayRetry(o, 3, 0, 10));
   EXPECT_FALSE(MayRetry(o, 1, 950, 100));
+}
+
+// A request retrying against a port where nothing listens (connection refused:
+// transient, retried for up to two minutes by default) ends soon after Cancel().
+TEST(Retry, CancelEndsARetryingRequestPromptly) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  close(fd);  // the port is now free: connecting is refused
+  auto url = ParseObjectUrl("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "/d");
+  ASSERT_TRUE(url.ok()) << url.status().ToString();
+  auto store = OpenObjectStore(*url, StoreOptions{});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    (*store)->Cancel();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  std::array<std::byte, 16> out;
+  const Status s = (*store)->GetRange("shard-00000.srec", 0, out);
+  const auto took = std::chrono::steady_clock::now() - start;
+  canceller.join();
+  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.ToString();
+  EXPECT_LT(took, std::chrono::seconds(2));
+  EXPECT_GT((*store)->stats().retries, 0u);  // it was retrying when cancelled
+  EXPECT_EQ((*store)->Get("manifest.json").status().code(), StatusCode::kCancelled);
 }
 
 }  // namespace

@@ -113,6 +113,10 @@ class Dataset {
   bool remote() const { return remote_ != nullptr; }
   // Requests, bytes, retries and cache counters (zero for local datasets).
   remote::RemoteStats remote_stats() const;
+  // Remote datasets: ends the requests running or retrying now and fails
+  // later reads with Cancelled (for an owner shutting down while the server
+  // is unreachable). Thread-safe; cannot be undone.
+  void CancelRemote() const;
   // The WebDataset / TFRecord source a pattern named; null for saturate datasets.
   const formats::Source* source() const { return source_.get(); }
 

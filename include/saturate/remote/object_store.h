@@ -84,6 +84,13 @@ class ObjectStore {
 
   RemoteStats stats() const;
 
+  // Ends the requests running or waiting to retry now, and fails later ones,
+  // with Cancelled within ~50 ms: for an owner shutting down while the server
+  // is unreachable (a retrying request could otherwise hold it for minutes).
+  // Thread-safe; cannot be undone.
+  void Cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
  protected:
   explicit ObjectStore(ObjectUrl url) : url_(std::move(url)) {}
   struct Counters {
@@ -94,6 +101,7 @@ class ObjectStore {
 
  private:
   ObjectUrl url_;
+  std::atomic<bool> cancelled_{false};
 };
 
 // A libcurl store for `url`; S3 configuration from ResolveS3Config(options.endpoint).

@@ -70,7 +70,9 @@ class RangeReader {
                                                    std::vector<ObjectInfo> objects,
                                                    std::string dataset_id,
                                                    const RemoteOptions& options);
-  ~RangeReader();  // stops the fetch threads (waits for requests in flight)
+  // Cancels the store's requests (ObjectStore::Cancel: the store must be this
+  // reader's alone) and stops the fetch threads.
+  ~RangeReader();
   RangeReader(const RangeReader&) = delete;
   RangeReader& operator=(const RangeReader&) = delete;
 
@@ -88,6 +90,8 @@ class RangeReader {
   const ObjectStore& store() const;
   const std::vector<ObjectInfo>& objects() const;
   RemoteStats stats() const;
+  // The store's Cancel(): reads now and later end with Cancelled. Thread-safe.
+  void Cancel();
 
  private:
   class Impl;
