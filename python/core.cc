@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "core_util.h"
 #include "saturate/base/status.h"
 #include "saturate/checkpoint/checkpointer.h"
 #include "saturate/feed/device_loader.h"
@@ -52,13 +53,8 @@ using namespace nb::literals;
 
 namespace saturate::python {
 void BindRemote(nb::module_& m);  // core_remote.cc
-namespace {
 
-// How often a blocked Next() comes back to check for Ctrl-C.
-constexpr auto kSignalPoll = std::chrono::milliseconds(50);
-
-// The one place a Status becomes a Python exception: the class is picked by
-// saturate.errors from the code's name; the message is kept whole.
+// The one place a Status becomes a Python exception (core_util.h).
 void ThrowIfError(const Status& status) {
   if (status.ok()) return;
   nb::object errors = nb::module_::import_("saturate.errors");
@@ -67,18 +63,10 @@ void ThrowIfError(const Status& status) {
   throw nb::python_error();
 }
 
-// Runs fn() with the GIL released (it blocks or works) and returns its result.
-template <typename Fn>
-auto WithoutGil(Fn&& fn) {
-  nb::gil_scoped_release release;
-  return fn();
-}
+namespace {
 
-template <typename T>
-T ValueOrThrow(Result<T>&& result) {
-  ThrowIfError(result.status());
-  return std::move(*result);
-}
+// How often a blocked Next() comes back to check for Ctrl-C.
+constexpr auto kSignalPoll = std::chrono::milliseconds(50);
 
 nb::dlpack::dtype ToDlpack(format::DType dtype) {
   using format::DType;

@@ -5,7 +5,7 @@
 // to (doctor matches a save's spans across ranks by them).
 //
 // Every call that does I/O or hashes releases the GIL. Errors become
-// saturate.errors exceptions named by the Status code, as in core.cc.
+// saturate.errors exceptions through core_util.h's ThrowIfError.
 // Thread-safety: an ObjectStore may be used from any number of Python
 // threads at once (the C++ store allows it).
 #include <nanobind/nanobind.h>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "checkpoint/format.h"
+#include "core_util.h"
 #include "saturate/base/status.h"
 #include "saturate/remote/object_store.h"
 #include "saturate/remote/objects.h"
@@ -30,28 +31,14 @@ using namespace nb::literals;
 namespace saturate::python {
 namespace {
 
-void Throw(const Status& status) {
-  if (status.ok()) return;
-  nb::object errors = nb::module_::import_("saturate.errors");
-  nb::object cls = errors.attr("error_class")(std::string(StatusCodeName(status.code())));
-  PyErr_SetString(cls.ptr(), status.message().c_str());
-  throw nb::python_error();
-}
-
-template <typename T>
-T Value(Result<T>&& result) {
-  Throw(result.status());
-  return std::move(*result);
-}
-
 using Bytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using ConstBytes = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 class PyObjectStore {
  public:
   PyObjectStore(const std::string& url, const remote::StoreOptions& options) {
-    remote::ObjectUrl parsed = Value(remote::ParseObjectUrl(url));
-    store_ = Value(remote::OpenObjectStore(parsed, options));
+    remote::ObjectUrl parsed = ValueOrThrow(remote::ParseObjectUrl(url));
+    store_ = ValueOrThrow(remote::OpenObjectStore(parsed, options));
   }
   nb::bytes Get(const std::string& name) {
     std::string data;
@@ -60,7 +47,7 @@ class PyObjectStore {
       auto r = store_->Get(name);
       if (!r.ok()) {
         nb::gil_scoped_acquire gil;
-        Throw(r.status());
+        ThrowIfError(r.status());
       }
       data = std::move(*r);
     }
@@ -75,7 +62,7 @@ class PyObjectStore {
       s = remote::FetchInto(*store_, name, offset, span,
                             {.requests = requests, .part_bytes = part_bytes});
     }
-    Throw(s);
+    ThrowIfError(s);
   }
   void Put(const std::string& name, const nb::bytes& data) {
     std::span<const std::byte> span(reinterpret_cast<const std::byte*>(data.c_str()), data.size());
@@ -84,7 +71,7 @@ class PyObjectStore {
       nb::gil_scoped_release release;
       s = store_->Put(name, span);
     }
-    Throw(s);
+    ThrowIfError(s);
   }
   void Delete(const std::string& name) {
     Status s;
@@ -92,7 +79,7 @@ class PyObjectStore {
       nb::gil_scoped_release release;
       s = store_->Delete(name);
     }
-    Throw(s);
+    ThrowIfError(s);
   }
   std::vector<std::string> List() {
     Result<std::vector<std::string>> r = Status::OK();
@@ -100,7 +87,7 @@ class PyObjectStore {
       nb::gil_scoped_release release;
       r = store_->List();
     }
-    return Value(std::move(r));
+    return ValueOrThrow(std::move(r));
   }
   std::string Describe(const std::string& name) const { return store_->Describe(name); }
   nb::dict Stats() const {
@@ -177,8 +164,8 @@ void BindRemote(nb::module_& m) {
   m.def(
       "checkpoint_parse_manifest",
       [](const nb::bytes& text, const std::string& source) {
-        checkpoint::Manifest mf =
-            Value(checkpoint::ParseManifest(std::string_view(text.c_str(), text.size()), source));
+        checkpoint::Manifest mf = ValueOrThrow(
+            checkpoint::ParseManifest(std::string_view(text.c_str(), text.size()), source));
         nb::list files;
         for (const checkpoint::FileEntry& f : mf.files) {
           nb::dict d;
