@@ -12,10 +12,12 @@ package to it.
 
 import gzip
 import os
+import signal
 import socket
 import struct
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -153,6 +155,24 @@ def torchrun_env(tmp_path):
     env.update(PYTHONPATH=saturate_path(tmp_path / "pythonpath"), GLOO_SOCKET_IFNAME="lo",
                OMP_NUM_THREADS="1")
     return env
+
+
+def start_torchrun(tmp_path, cmd):
+    """Starts `cmd` (a torchrun job) in its own process group, output to a log in tmp_path:
+    (process, log path)."""
+    log = tmp_path / f"job-{time.monotonic_ns()}.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, env=torchrun_env(tmp_path), stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    return proc, log
+
+
+def kill_group(proc):
+    """SIGKILL to a start_torchrun() job's whole process group."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def saturate_path(directory):

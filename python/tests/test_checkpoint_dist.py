@@ -29,7 +29,8 @@ from saturate import dist_checkpoint as dc  # noqa: E402
 from saturate.checkpoint import CheckpointWarning  # noqa: E402
 from saturate.errors import CorruptionError, InvalidArgumentError  # noqa: E402
 
-from conftest import HERE, saturate_cmd, torch2_python, torchrun_env, torchrun_job  # noqa: E402
+from conftest import (HERE, kill_group, saturate_cmd, start_torchrun as start,  # noqa: E402
+                      torch2_python, torchrun_env, torchrun_job)
 
 WORKER = os.path.join(HERE, "checkpoint_dist_worker.py")
 TIMEOUT = 120
@@ -174,21 +175,6 @@ def test_pieces_that_do_not_tile_a_tensor_fail_the_commit_not_the_previous_check
 
 def torchrun_cmd(nproc, *args):
     return torchrun_job(nproc, WORKER, *args)
-
-
-def start(tmp_path, cmd):
-    log = tmp_path / f"job-{time.monotonic_ns()}.log"
-    with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, env=torchrun_env(tmp_path), stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    return proc, log
-
-
-def kill_group(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def run(tmp_path, cmd):

@@ -18,7 +18,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 
@@ -33,7 +32,7 @@ from saturate import dist_checkpoint as dc  # noqa: E402
 from saturate.checkpoint import CheckpointWarning  # noqa: E402
 from saturate.errors import CorruptionError, IOError as SatIOError, NotFoundError  # noqa: E402
 
-from conftest import HERE, torchrun_env, torchrun_job  # noqa: E402
+from conftest import HERE, kill_group, start_torchrun as start, torchrun_job  # noqa: E402
 from test_remote import BUCKET, SECRET, s3  # noqa: E402,F401 - the SeaweedFS fixture
 
 WORKER = os.path.join(HERE, "checkpoint_dist_worker.py")
@@ -131,21 +130,6 @@ def test_wrong_credentials_and_missing_bucket_name_them_never_the_secret(s3):
 
 
 # ---- torchrun ----
-
-
-def start(tmp_path, cmd):
-    log = tmp_path / f"job-{time.monotonic_ns()}.log"
-    with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, env=torchrun_env(tmp_path), stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    return proc, log
-
-
-def kill_group(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def run(tmp_path, *args):
