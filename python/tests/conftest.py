@@ -37,6 +37,25 @@ def write_idx(path, array):
         f.write(header + array.astype(np.uint8).tobytes())
 
 
+def synthetic_photo(i, h, w, seed=0):
+    """A photo-like RGB image (h, w, 3) uint8: smooth gradients plus noise, different per i."""
+    rng = np.random.default_rng(seed + i)
+    y, x = np.mgrid[0:h, 0:w]
+    rgb = np.stack([(x * (i % 5 + 2)) % 256, (y * (i % 7 + 3)) % 256, (x + y + 9 * i) % 256], -1)
+    return (rgb + rng.integers(0, 24, rgb.shape)).clip(0, 255).astype(np.uint8)
+
+
+def encode_image(rgb, fmt):
+    """`rgb` as JPEG (quality 92) or PNG bytes, written by PIL."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(rgb).save(out, format=fmt, **({"quality": 92} if fmt == "JPEG" else {}))
+    return out.getvalue()
+
+
 def make_photo_folder(root, per_class=12, classes=3):
     from PIL import Image
 

@@ -18,7 +18,7 @@ import pytest
 import saturate
 from saturate import transforms as T
 
-from conftest import saturate_cmd
+from conftest import encode_image, saturate_cmd, synthetic_photo
 
 wds = pytest.importorskip("webdataset")
 tfrecord = pytest.importorskip("tfrecord")
@@ -29,17 +29,10 @@ FULL = {"image": [T.Resize(H), T.CenterCrop((H, W))]}  # uint8 [3, H, W]: the de
 
 
 def photo(i):
-    """A photo-like RGB image: smooth gradients plus noise, different per i."""
-    rng = np.random.default_rng(i)
-    y, x = np.mgrid[0:H, 0:W]
-    rgb = np.stack([(x * (i % 5 + 2)) % 256, (y * (i % 7 + 3)) % 256, (x + y + 9 * i) % 256], -1)
-    return (rgb + rng.integers(0, 24, rgb.shape)).clip(0, 255).astype(np.uint8)
+    return synthetic_photo(i, H, W)
 
 
-def encode(rgb, fmt):
-    out = io.BytesIO()
-    Image.fromarray(rgb).save(out, format=fmt, **({"quality": 92} if fmt == "JPEG" else {}))
-    return out.getvalue()
+encode = encode_image
 
 
 def run(*args, check=True):
