@@ -56,6 +56,16 @@ def encode_image(rgb, fmt):
     return out.getvalue()
 
 
+def read_labels(loader, batches=None):
+    """The labels of `loader`'s next epoch as a list, or of its next `batches` batches."""
+    out = []
+    for i, batch in enumerate(loader):
+        out += batch["label"].tolist()
+        if batches is not None and i + 1 == batches:
+            break
+    return out
+
+
 def make_photo_folder(root, per_class=12, classes=3):
     from PIL import Image
 

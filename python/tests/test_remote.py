@@ -29,7 +29,7 @@ import pytest
 
 import saturate
 import saturate.errors
-from conftest import free_port, make_photo_folder, saturate_cmd, write_idx
+from conftest import free_port, make_photo_folder, read_labels, saturate_cmd, write_idx
 
 KEY, SECRET = "saturatetestkey", "saturatetestsecret"
 BUCKET = "saturate-test"
@@ -262,21 +262,13 @@ def test_elastic_resume_from_s3_reads_every_sample_once(s3, tmp_path):
                   shard_size="2KiB", force=True)
     opts = dict(seed=3, framework="numpy", shuffle="block", readahead_bytes=4096)
 
-    def labels(loader, batches=None):
-        out = []
-        for i, batch in enumerate(loader):
-            out += batch["label"].tolist()
-            if batches is not None and i + 1 == batches:
-                break
-        return out
-
     two = [saturate.Loader(url, 8, rank=r, world_size=2, **opts) for r in range(2)]
-    seen = sum((labels(loader, 3) for loader in two), [])
+    seen = sum((read_labels(loader, 3) for loader in two), [])
     state = two[0].state_dict()
     three = [saturate.Loader(url, 5, rank=r, world_size=3, **opts) for r in range(3)]
     for loader in three:
         loader.load_state_dict(state)
-    rest = sum((labels(loader) for loader in three), [])
+    rest = sum((read_labels(loader) for loader in three), [])
     assert len(seen) == 48 and len(rest) == len(set(rest)) == 54  # 53, padded by one
     assert sorted(set(seen + rest)) == list(range(101))
 

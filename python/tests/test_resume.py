@@ -7,7 +7,7 @@ import pytest
 
 import saturate
 
-from conftest import HERE, run_python
+from conftest import HERE, read_labels, run_python
 
 WORKER = f"{HERE}/resume_worker.py"
 
@@ -52,26 +52,18 @@ def test_state_from_other_options_is_refused(digits):
 def test_elastic_resume_reads_every_sample_once(digits):
     """Saved by 2 ranks at batch 8, resumed by 3 ranks at batch 5 (a job restarted
     on another node count): the epoch's samples are each read once."""
-    def labels(loader, batches=None):
-        out = []
-        for i, batch in enumerate(loader):
-            out += batch["label"].tolist()
-            if batches is not None and i + 1 == batches:
-                break
-        return out
-
     two = [saturate.Loader(digits, 8, seed=3, rank=r, world_size=2, framework="numpy")
            for r in range(2)]
-    seen = sum((labels(loader, 3) for loader in two), [])  # 48 of 101
+    seen = sum((read_labels(loader, 3) for loader in two), [])  # 48 of 101
     state = two[1].state_dict()
     three = [saturate.Loader(digits, 5, seed=3, rank=r, world_size=3, framework="numpy")
              for r in range(3)]
     for loader in three:
         loader.load_state_dict(state)
         assert loader.state_dict()["epoch_start_sample"] == 48
-    rest = sum((labels(loader) for loader in three), [])  # 53, padded to 54
+    rest = sum((read_labels(loader) for loader in three), [])  # 53, padded to 54
     assert len(rest) == len(set(rest)) == 54
     assert sorted(set(seen + rest)) == list(range(101))
     assert len(set(seen) & set(rest)) == 1  # the padding: the order's first sample again
     assert all(loader.epoch == 1 for loader in three)  # the next epoch is whole again
-    assert len(labels(three[0])) == 34
+    assert len(read_labels(three[0])) == 34
