@@ -9,7 +9,9 @@
 #   - the same, packed with --keep-jpeg-bytes: the JPEGs as the shards hold them (no restart
 #     markers), so its ratio to direct reading is the cost of reading alone.
 # The shards and TFRecord files are written by the formats' reference writers
-# (webdataset.TarWriter, the tfrecord package). Prints images/s and the ratios.
+# (webdataset.TarWriter, the tfrecord package). Prints images/s and the ratios, and CPU time
+# per image (all threads, over the timed batches) where it is known (saturate, tf.data): on a
+# machine shared with other work it moves less than images/s.
 #
 # usage: bench/formats_feed.sh [PHOTOS] [REPEATS]
 #   PHOTOS   an ImageFolder (default /tmp/saturate-bench-photos/train, made with
@@ -68,7 +70,7 @@ PY
 feed() {  # MODE DATASET
   "$SAT" bench feed "$2" --json --threads "$THREADS" --warmup 2 -b 64 --epochs 2 \
     -t image:crop=random,size=224 2>/dev/null |
-    "$PY" -c "import json,sys; j=json.load(sys.stdin); print(json.dumps({'mode': '$1', 'images_per_s': j['images_per_s']}))" \
+    "$PY" -c "import json,sys; j=json.load(sys.stdin); print(json.dumps({'mode': '$1', 'images_per_s': j['images_per_s'], 'cpu_ms_per_image': 1e3 * j['cpu_cores_used'] * j['elapsed_s'] / j['samples']}))" \
     >>"$work/results.jsonl"
 }
 torch_feed() {  # WORKERS
@@ -115,8 +117,11 @@ modes = list(dict.fromkeys(r["mode"] for r in rows))
 rate = {m: statistics.median(r["images_per_s"] for r in rows if r["mode"] == m) for m in modes}
 print(f"RRC-224, batch 64, saturate --threads {sys.argv[2]}; median of "
       f"{len(rows) // len(modes)} run(s)")
+cpu = {m: statistics.median(r["cpu_ms_per_image"] for r in rows if r["mode"] == m)
+       for m in modes if all("cpu_ms_per_image" in r for r in rows if r["mode"] == m)}
 for m in modes:
-    print(f"  {m:<34} {rate[m]:>8.1f} images/s")
+    print(f"  {m:<34} {rate[m]:>8.1f} images/s" +
+          (f"  {cpu[m]:.2f} CPU ms/image" if m in cpu else ""))
 torch_best = max(v for m, v in rate.items() if m.startswith("webdataset"))
 direct, packed = rate["saturate direct WebDataset"], rate["saturate packed"]
 print(f"direct WebDataset / best webdataset+DataLoader: {direct / torch_best:.2f}x")
@@ -126,5 +131,7 @@ kept = rate["saturate packed, JPEG bytes kept"]
 print(f"the same JPEG bytes (packed --keep-jpeg-bytes): direct WebDataset {direct / kept:.0%}, "
       f"direct TFRecord {rate['saturate direct TFRecord'] / kept:.0%}")
 if "tf.data (AUTOTUNE)" in rate:
-    print(f"direct TFRecord / tf.data: {rate['saturate direct TFRecord'] / rate['tf.data (AUTOTUNE)']:.2f}x")
+    t, d = "tf.data (AUTOTUNE)", "saturate direct TFRecord"
+    print(f"direct TFRecord / tf.data: {rate[d] / rate[t]:.2f}x images/s, "
+          f"{cpu[t] / cpu[d]:.2f}x less CPU per image")
 PY

@@ -226,8 +226,8 @@ struct FeatureView {
 // The walk over one tf.Example in the layout every writer produces (TensorFlow's
 // SerializeToString, the tfrecord package, SerializeExample): each message's
 // fields once and in field order, map entries as key then value, float and
-// int64 lists packed. `in` reads the whole record, which `base` starts. Any
-// other layout, which protobuf also accepts (a field repeated and merged, an
+// int64 lists packed. A CodedInputStream reads the record's bytes; values are
+// views of them. Any other layout, which protobuf also accepts (a field repeated and merged, an
 // unpacked list, unknown fields, a group, a key that is not ASCII), returns
 // false, as does anything malformed: the generated parser then decides.
 class CanonicalWalk {
