@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 from . import _core, _parquet
 
@@ -27,6 +27,23 @@ def _size_bytes(size: Union[int, str]) -> int:
     if text.isdigit():
         return int(text)
     raise ValueError(f"shard_size: {size!r} (use bytes or e.g. '256MiB')")
+
+
+def is_remote(out: PathLike) -> bool:
+    return os.fspath(out).startswith(_REMOTE_PREFIXES)
+
+
+def pack_remote(url: str, pack_local: Callable[[str], Dict[str, Any]], *, force: bool,
+                endpoint: str = "", multipart_size: Union[int, str] = "64MiB") -> Dict[str, Any]:
+    """``pack_local(dir)`` into a staging directory under ``$TMPDIR``, then uploads it to
+    ``url``: every shard (multipart above ``multipart_size``), the manifest last. Returns
+    ``pack_local``'s summary."""
+    with tempfile.TemporaryDirectory(prefix="saturate-pack-") as staging:
+        local = os.path.join(staging, "dataset")
+        summary = pack_local(local)
+        _core.upload_dataset(local=local, url=url, overwrite=force, endpoint=endpoint,
+                             multipart_bytes=_size_bytes(multipart_size))
+    return summary
 
 
 def pack(
@@ -83,14 +100,10 @@ def pack(
     ``$TMPDIR``, then every shard is uploaded (multipart above ``multipart_size``) and the
     manifest last, so readers see it only once whole (docs/remote.md).
     """
-    if os.fspath(out).startswith(_REMOTE_PREFIXES):
+    if is_remote(out):
         args = dict(locals())
-        with tempfile.TemporaryDirectory(prefix="saturate-pack-") as staging:
-            args["out"] = os.path.join(staging, "dataset")
-            summary = pack(**args)
-            _core.upload_dataset(local=args["out"], url=os.fspath(out), overwrite=force,
-                                 endpoint=endpoint, multipart_bytes=_size_bytes(multipart_size))
-        return summary
+        return pack_remote(os.fspath(out), lambda local: pack(**dict(args, out=local)),
+                           force=force, endpoint=endpoint, multipart_size=multipart_size)
     many = source if isinstance(source, (list, tuple)) else [source]
     sources = [os.fspath(s) for s in many]
     reencode = dict(

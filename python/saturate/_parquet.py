@@ -375,6 +375,7 @@ _EXIT = {"invalid_argument": 2, "not_found": 2, "already_exists": 2, "unavailabl
 
 def main(argv: Sequence[str]) -> int:
     """`saturate pack [parquet] FILE... OUT [flags]` for Parquet inputs; returns the exit code."""
+    from . import _pack
     from ._pack import _size_bytes
     from .errors import Error
 
@@ -400,22 +401,30 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--keep-jpeg-bytes", action="store_true")
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--endpoint", default="", help="OUT as s3://: the S3 endpoint (default "
+                   "AWS_ENDPOINT_URL, else AWS)")
+    p.add_argument("--multipart-bytes", default="64MiB",
+                   help="OUT as s3://: upload shards larger than this as multipart uploads")
     a = p.parse_args(args)
     if len(a.ARGS) < 2:
         print("saturate pack: invalid_argument: give FILE... and OUT", file=sys.stderr)
         return 2
     out = a.ARGS[-1]
-    if "://" in out:
-        print(f"saturate pack: invalid_argument: {out}: Parquet packs write a local dataset; "
-              "upload it after", file=sys.stderr)
-        return 2
     bar = None if a.quiet else _Bar()
-    try:
-        s = pack_parquet(
-            a.ARGS[:-1], out, image_column=a.image_column, label_column=a.label_column,
+
+    def pack_to(local):
+        return pack_parquet(
+            a.ARGS[:-1], local, image_column=a.image_column, label_column=a.label_column,
             shard_bytes=_size_bytes(a.shard_size), threads=a.threads, force=a.force,
             skip_bad=a.skip_bad, reencode_max_side=a.reencode_max_side,
             reencode_quality=a.reencode_quality, keep_jpeg_bytes=a.keep_jpeg_bytes, progress=bar)
+
+    try:
+        if _pack.is_remote(out):
+            s = _pack.pack_remote(out, pack_to, force=a.force, endpoint=a.endpoint,
+                                  multipart_size=a.multipart_bytes)
+        else:
+            s = pack_to(out)
     except Error as e:
         if bar:
             bar.finish()

@@ -273,6 +273,24 @@ def test_elastic_resume_from_s3_reads_every_sample_once(s3, tmp_path):
     assert sorted(set(seen + rest)) == list(range(101))
 
 
+def test_pack_parquet_to_s3_through_the_command(s3, folder, tmp_path):
+    """`saturate pack train.parquet s3://...` (the command's Python side reads Parquet)."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(folder) for f in fs)
+    images = [open(f, "rb").read() for f in files]
+    path = str(tmp_path / "train.parquet")
+    pq.write_table(pa.table({"image": images, "label": list(range(len(files)))}), path)
+    url = f"s3://{BUCKET}/from-parquet"
+    r = subprocess.run([sys.executable, "-m", "saturate", "pack", path, url, "-q", "--force"],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert r.returncode == 0, r.stderr
+    loader = saturate.Loader(url, 8, shuffle=False, framework="numpy")
+    assert np.concatenate([b["label"] for b in loader]).tolist() == list(range(len(files)))
+
+
 def test_multipart_upload_of_a_large_shard(s3, tmp_path):
     rng = np.random.default_rng(1)
     write_idx(str(tmp_path / "images.gz"), rng.integers(0, 256, (180, 256, 256)))
