@@ -219,7 +219,14 @@ struct Features {
   std::optional<double> loader_cpu_ns_per_sample;   // (read + decode + transform) / samples
   std::optional<double> loader_read_ns_per_sample;  // read alone
   std::optional<double> loader_busy_cores;          // loader CPU time / its elapsed time
-  std::optional<double> samples_per_s;              // consumed by training
+  // CPU the loader computes per sample, waits for storage excluded: decode +
+  // transform (saturate.Loader), or the DataLoader fetches' thread CPU time
+  // (cpu_ns). What loading costs once reads no longer block.
+  std::optional<double> loader_compute_ns_per_sample;
+  // A torch DataLoader's fetches' thread CPU time in the window / the window
+  // (loader_busy_cores is their wall time: blocked reads included).
+  std::optional<double> loader_cpu_cores;
+  std::optional<double> samples_per_s;  // consumed by training
   // A remote dataset (s3://, http(s)://), from the loader's request counters.
   std::optional<double> remote_mb_per_s;              // fetched, over the loader's lifetime
   std::optional<double> remote_request_ms;            // mean time of one request

@@ -684,6 +684,9 @@ void TorchLoaderFeatures(const Run& run, const Training& t, Features* f) {
   std::map<int64_t, int64_t> first_ns;  // ... of which for a pass's first batch, in the window
   std::map<int64_t, int64_t> passes;
   int64_t load_ns = 0, samples = 0, window_load_ns = 0;
+  // The fetching threads' CPU time (arg cpu_ns), when every fetch has it.
+  int64_t load_cpu_ns = 0, window_load_cpu_ns = 0;
+  bool cpu_recorded = true;
   for (const Span& s : run.spans) {
     if (!s.auto_source) continue;
     if (s.name == "data_wait" && t.tid && s.pid == *t.pid && s.tid == *t.tid) {
@@ -701,8 +704,19 @@ void TorchLoaderFeatures(const Run& run, const Training& t, Features* f) {
       auto n = s.args.find("samples");
       load_ns += s.dur_ns;
       samples += n == s.args.end() ? 1 : n->second;
-      window_load_ns +=
+      const int64_t in_window_ns =
           Overlap(s.start_ns, s.start_ns + s.dur_ns, t.window.start_ns, t.window.end_ns);
+      window_load_ns += in_window_ns;
+      if (auto cpu = s.args.find("cpu_ns"); cpu != s.args.end() && cpu->second >= 0) {
+        load_cpu_ns += cpu->second;
+        // The part of the fetch's CPU inside the window, in proportion.
+        if (s.dur_ns > 0) {
+          window_load_cpu_ns +=
+              int64_t(double(cpu->second) * double(in_window_ns) / double(s.dur_ns));
+        }
+      } else {
+        cpu_recorded = false;
+      }
     }
   }
   const DataLoaderInfo* loader = nullptr;
@@ -736,10 +750,17 @@ void TorchLoaderFeatures(const Run& run, const Training& t, Features* f) {
   }
   f->loader_first_batch_wait_s = Seconds(first_ns[loader->loader_id]);
   f->loader_passes = passes[loader->loader_id];
-  if (samples > 0) f->loader_cpu_ns_per_sample = double(load_ns) / double(samples);
+  // Per sample: the fetches' CPU time when recorded, else their wall time
+  // (which holds reads that block, and time the thread was preempted).
+  cpu_recorded = cpu_recorded && samples > 0;
+  if (samples > 0) {
+    f->loader_cpu_ns_per_sample = double(cpu_recorded ? load_cpu_ns : load_ns) / double(samples);
+  }
+  if (cpu_recorded) f->loader_compute_ns_per_sample = f->loader_cpu_ns_per_sample;
   const int64_t window_ns = t.window.end_ns - t.window.start_ns;
   if (window_ns > 0 && window_load_ns > 0) {
     f->loader_busy_cores = double(window_load_ns) / double(window_ns);
+    if (cpu_recorded) f->loader_cpu_cores = double(window_load_cpu_ns) / double(window_ns);
   }
   if (f->loader_batch_size && f->steps > 0 && f->active_s > 0) {
     f->samples_per_s = double(*f->loader_batch_size) * double(f->steps) / f->active_s;
@@ -791,6 +812,7 @@ void LoaderFeatures(const Run& run, const Training& t, Features* f) {
   if (samples > 0) {
     f->loader_cpu_ns_per_sample = double(cpu) / double(samples);
     f->loader_read_ns_per_sample = double(read) / double(samples);
+    f->loader_compute_ns_per_sample = double(cpu - read) / double(samples);
   }
   // The loader's lifetime: from its first span (else the watch's start) to
   // its last counters record.
@@ -992,6 +1014,8 @@ nlohmann::json Features::ToJson() const {
   Put(j, "loader_cpu_ns_per_sample", loader_cpu_ns_per_sample);
   Put(j, "loader_read_ns_per_sample", loader_read_ns_per_sample);
   Put(j, "loader_busy_cores", loader_busy_cores);
+  Put(j, "loader_compute_ns_per_sample", loader_compute_ns_per_sample);
+  Put(j, "loader_cpu_cores", loader_cpu_cores);
   Put(j, "samples_per_s", samples_per_s);
   Put(j, "precision_bits", precision_bits);
   json auto_json = {{"processes", auto_info.processes},

@@ -178,10 +178,12 @@ bool Contended(const Features& f) {
          (f.host_cpu_busy_pct.value_or(0) >= 90 && other >= 0.25 * f.cpus);
 }
 
-// The cores the loader kept computing. A torch DataLoader's busy cores are
+// The cores the loader kept computing: its threads' CPU time when recorded.
+// Otherwise a torch DataLoader's busy cores are
 // the wall time of its workers' batches, blocked reads included; the job's
 // measured CPU bounds what they can have computed.
 std::optional<double> LoaderComputeCores(const Features& f) {
+  if (f.loader_cpu_cores) return f.loader_cpu_cores;  // the fetches' thread CPU time
   if (!f.loader_busy_cores) return std::nullopt;
   if (f.loader_kind == "torch" && f.tree_cpu_cores) {
     return std::min(*f.loader_busy_cores, *f.tree_cpu_cores);
@@ -257,36 +259,85 @@ double ComputeCores(const Features& f) {
   return std::max(1.0, *f.tree_cpu_cores - LoaderComputeCores(f).value_or(0));
 }
 
+// Per step, what the blocking saves cost the training thread: the saves and
+// the slower steps after them. A fix to loading or to the batch leaves them.
+double SavesPerStepS(const Features& f) {
+  if (f.steps <= 0 || !f.checkpoint_s) return 0;
+  return (*f.checkpoint_s + f.checkpoint_after_s.value_or(0)) / double(f.steps);
+}
+
 // How many loader threads keep the step fed, within the cores there are.
 struct ThreadPlan {
-  double target_per_s = 0;  // samples/s the step could take: batch_size / compute time
-  double fit_per_s = 0;     // samples/s the free cores sustain, loader and training together
-  double feed_per_s = 0;    // min of the two
-  double free_cores = 0;    // cores not used by other processes
-  double threads = 0;       // loader threads for feed_per_s
+  double loader_ns_per_sample = 0;  // the loader CPU the plan is for
+  double compute_s = 0;             // the step's compute per step, the saves left out
+  double saves_s = 0;               // the blocking saves per step (SavesPerStepS)
+  double target_per_s = 0;          // samples/s the step could take: batch_size / compute time
+  double fit_per_s = 0;   // samples/s the free cores sustain, loader and training together
+  double feed_per_s = 0;  // min of the two (and of the threads allowed)
+  double free_cores = 0;  // cores not used by other processes
+  double threads = 0;     // loader threads for feed_per_s
 };
 
 // Every sample costs loader CPU and training CPU; the free cores bound the
 // rate of both together, so the threads are planned for the lesser of that
-// rate and the rate the step could take.
-std::optional<ThreadPlan> PlanLoaderThreads(const Features& f) {
-  if (!f.loader_cpu_ns_per_sample || !f.loader_batch_size || !f.compute_per_step_s ||
+// rate and the rate the step could take. The blocking saves are planned
+// apart (they stay after a loading fix): their time leaves the compute, and
+// their CPU (the writer's thread, busy while it blocks) the training CPU.
+// `loader_ns_per_sample`: the CPU a sample costs the loader; `max_threads`:
+// the threads there will be, when the fix does not change them.
+std::optional<ThreadPlan> PlanLoaderThreads(const Features& f, double loader_ns_per_sample,
+                                            std::optional<double> max_threads = std::nullopt) {
+  if (loader_ns_per_sample <= 0 || !f.loader_batch_size || !f.compute_per_step_s ||
       *f.compute_per_step_s <= 0 || f.cpus <= 0) {
     return std::nullopt;
   }
   ThreadPlan p;
-  p.target_per_s = double(*f.loader_batch_size) / *f.compute_per_step_s;
+  p.loader_ns_per_sample = loader_ns_per_sample;
+  p.saves_s = std::min(SavesPerStepS(f), 0.9 * *f.compute_per_step_s);
+  p.compute_s = *f.compute_per_step_s - p.saves_s;
+  p.target_per_s = double(*f.loader_batch_size) / p.compute_s;
   p.free_cores = std::max(1.0, f.cpus - f.other_cpu_cores.value_or(0));
-  // Training CPU per sample, measured: the tree's CPU beyond the loader's.
+  // Training CPU per sample, measured: the tree's CPU beyond the loader's
+  // and the saves'.
   double train_ns_per_sample = 0;
   if (f.tree_cpu_cores && f.samples_per_s && *f.samples_per_s > 0) {
-    train_ns_per_sample = std::max(0.0, *f.tree_cpu_cores - LoaderComputeCores(f).value_or(0)) /
-                          *f.samples_per_s * 1e9;
+    const double save_cores = f.active_s > 0 ? f.checkpoint_s.value_or(0) / f.active_s : 0;
+    train_ns_per_sample =
+        std::max(0.0, *f.tree_cpu_cores - LoaderComputeCores(f).value_or(0) - save_cores) /
+        *f.samples_per_s * 1e9;
   }
-  p.fit_per_s = p.free_cores * 1e9 / (*f.loader_cpu_ns_per_sample + train_ns_per_sample);
+  p.fit_per_s = p.free_cores * 1e9 / (loader_ns_per_sample + train_ns_per_sample);
   p.feed_per_s = std::min(p.target_per_s, p.fit_per_s);
-  p.threads = std::max(1.0, std::ceil(p.feed_per_s * *f.loader_cpu_ns_per_sample / 1e9 - 0.05));
+  if (max_threads) p.feed_per_s = std::min(p.feed_per_s, *max_threads * 1e9 / loader_ns_per_sample);
+  p.threads = std::max(1.0, std::ceil(p.feed_per_s * loader_ns_per_sample / 1e9 - 0.05));
   return p;
+}
+
+std::optional<ThreadPlan> PlanLoaderThreads(const Features& f) {
+  if (!f.loader_cpu_ns_per_sample) return std::nullopt;
+  return PlanLoaderThreads(f, *f.loader_cpu_ns_per_sample);
+}
+
+// A step once the loader feeds `plan.feed_per_s`: the compute or the
+// loading, whichever is longer (they overlap), then the saves, which stay.
+// During a save the loader keeps its threads busy, so the writer shares the
+// free cores with them and takes longer: (1 + loader cores) / free cores.
+// `pass_start_s`: a wait per pass the fix adds (workers started at each pass).
+struct ComposedStep {
+  double step_s = 0;
+  double loading_s = 0;      // batch / feed
+  double saves_s = 0;        // the saves, stretched
+  double pass_starts_s = 0;  // per step
+};
+
+ComposedStep ComposeStep(const Features& f, const ThreadPlan& plan, double pass_start_s) {
+  ComposedStep c;
+  c.loading_s = double(*f.loader_batch_size) / plan.feed_per_s;
+  const double loader_cores = plan.feed_per_s * plan.loader_ns_per_sample / 1e9;
+  c.saves_s = plan.saves_s * std::max(1.0, (1 + loader_cores) / plan.free_cores);
+  if (f.steps > 0) c.pass_starts_s = pass_start_s * double(f.loader_passes) / double(f.steps);
+  c.step_s = std::max(plan.compute_s, c.loading_s) + c.saves_s + c.pass_starts_s;
+  return c;
 }
 
 // How a fix names the loader's knobs: saturate.Loader's threads and prefetch,
@@ -379,20 +430,40 @@ void PredictNoWait(const Features& f, Finding& x, const DataWait& w, const std::
   }
 }
 
+// What the saves and the pass starts add to a composed step, in words: "; the
+// saves stay, 16.5 ms per step (22.3 ms with the loader busy beside them)".
+std::string ComposedWords(const ThreadPlan& plan, const ComposedStep& c) {
+  std::string words;
+  if (plan.saves_s > 0) {
+    words += "; the blocking saves stay, " + Secs(plan.saves_s) + " per step";
+    if (c.saves_s > plan.saves_s * 1.01) words += " (" + Secs(c.saves_s) + " beside the loader)";
+  }
+  if (c.pass_starts_s > 0) {
+    words += "; workers started at each pass add " + Secs(c.pass_starts_s) + " per step";
+  }
+  return words;
+}
+
 // More loader threads feed `plan.feed_per_s`: a step takes at least its
-// compute, and at least the time the loader needs for a batch.
+// compute, and at least the time the loader needs for a batch; the saves
+// stay. Workers that are not persistent start at every pass: when the fix
+// introduces them (the run loaded inline), the first batch of each pass
+// waits for one worker to load it alone.
 void PredictThreads(const Features& f, Finding& x, const ThreadPlan& plan,
                     const std::string& knob) {
   std::optional<StepSplit> s = SplitStep(f);
   if (!s || plan.feed_per_s <= 0) return;
   const double batch = double(*f.loader_batch_size);
-  const double new_step_s = std::max(s->compute_s, batch / plan.feed_per_s);
-  PredictStep(f, x, s->step_s, new_step_s,
+  const bool new_workers =
+      f.loader_threads.value_or(-1) == 0 && f.loader_persistent_workers != true;
+  const double pass_start_s = new_workers ? batch * plan.loader_ns_per_sample / 1e9 : 0;
+  const ComposedStep c = ComposeStep(f, plan, pass_start_s);
+  PredictStep(f, x, s->step_s, c.step_s,
               "data wait " + Secs(s->wait_s) + " of " + Secs(s->step_s) + " per step; " +
                   Fmt("with %s=%.0f the loader feeds %.0f samples/s, so a step of %.0f samples "
                       "waits ~",
                       knob.c_str(), plan.threads, plan.feed_per_s, batch) +
-                  Secs(new_step_s - s->compute_s),
+                  Secs(std::max(0.0, c.loading_s - plan.compute_s)) + ComposedWords(plan, c),
               false);
 }
 
@@ -516,6 +587,42 @@ void RemoteIoFix(const Features& f, const DataWait& w, Finding& x) {
   PredictNoWait(f, x, w, "with reads that keep up");
 }
 
+// Once storage keeps up, loading is bound by the CPU: the loader's threads
+// (as many as now) computing on the free cores beside training, at the CPU a
+// sample costs them without the blocked reads. The wait falls to what that
+// feeds, not to 0. Without that CPU measured, 0 is the bound.
+void PredictStorageFixed(const Features& f, Finding& x, const DataWait& w) {
+  std::optional<StepSplit> s = SplitStep(f);
+  if (!s || !w.from_spans || !f.loader_compute_ns_per_sample ||
+      *f.loader_compute_ns_per_sample <= 0 || !f.loader_batch_size || !f.loader_threads) {
+    return PredictNoWait(f, x, w, "with storage that keeps up");
+  }
+  const double ns = *f.loader_compute_ns_per_sample;
+  const double batch = double(*f.loader_batch_size);
+  const std::string head = "data wait " + Secs(s->wait_s) + " of " + Secs(s->step_s) +
+                           " per step; with storage that keeps up, loading costs " + CpuTime(ns) +
+                           " of CPU per sample";
+  if (*f.loader_threads == 0) {  // inline: the training thread loads, then computes
+    const double load_s = batch * ns / 1e9;
+    PredictStep(
+        f, x, s->step_s, s->compute_s + load_s,
+        head + Fmt(" on the training thread, %.0f samples in ", batch) + Secs(load_s) + " per step",
+        false);
+    return;
+  }
+  std::optional<ThreadPlan> plan = PlanLoaderThreads(f, ns, double(*f.loader_threads));
+  if (!plan) return PredictNoWait(f, x, w, "with storage that keeps up");
+  const ComposedStep c = ComposeStep(f, *plan, 0);
+  PredictStep(f, x, s->step_s, c.step_s,
+              head +
+                  Fmt(": %s=%lld on %.1f free cores feeds %.0f samples/s, so a step of "
+                      "%.0f samples waits ~",
+                      KnobsOf(f).threads.c_str(), (long long)*f.loader_threads, plan->free_cores,
+                      plan->feed_per_s, batch) +
+                  Secs(std::max(0.0, c.loading_s - plan->compute_s)) + ComposedWords(*plan, c),
+              false);
+}
+
 std::optional<Finding> IoBoundRule(const Features& f, const AnalysisOptions&) {
   std::optional<DataWait> w = FindDataWait(f);
   if (!w || ClassifyDataWait(f) != DataCause::kIo) return std::nullopt;
@@ -557,7 +664,7 @@ std::optional<Finding> IoBoundRule(const Features& f, const AnalysisOptions&) {
     fix += ", and read ahead (more prefetch)";
   }
   x.fix = fix + ".";
-  PredictNoWait(f, x, *w, "with storage that keeps up");
+  PredictStorageFixed(f, x, *w);
   return x;
 }
 
@@ -658,13 +765,19 @@ std::optional<Finding> CpuParallelism(const Features& f, double explained_s) {
   const double dispatch_share =
       std::max(short_steps ? 0.5 : 0.0,
                f.loader_batch_size ? 1.0 / (1.0 + double(*f.loader_batch_size)) : 0.0);
+  // The blocking saves stay per sample at a larger batch (checkpoints as
+  // often in samples): only the rest of the step is rescaled.
+  const double saves_pct = f.step_time_mean_s && *f.step_time_mean_s > 0
+                               ? std::clamp(100 * SavesPerStepS(f) / *f.step_time_mean_s, 0.0, 90.0)
+                               : 0.0;
   const double fixed_pct =
-      optimizer_pct + dispatch_share * (100 - optimizer_pct - f.data_wait_pct.value_or(0));
+      optimizer_pct +
+      dispatch_share * std::max(0.0, 100 - optimizer_pct - f.data_wait_pct.value_or(0) - saves_pct);
   const bool fixed_costs = optimizer_pct >= kFixedStepPct || short_steps;
   if (!idle_cores && !fixed_costs) return std::nullopt;
   // Aim for the fixed costs to be 10% of the step.
   double k = std::floor(f.cpus / std::max(used, 0.5));
-  const double fixed = fixed_pct / 100;
+  const double fixed = fixed_pct / (100 - saves_pct);  // of the step without the saves
   if (fixed_costs) {
     k = std::max(k, std::ceil(9 * fixed / std::max(1 - fixed, 0.01)));
     if (short_steps && *f.step_time_median_s > 0) {
@@ -680,7 +793,9 @@ std::optional<Finding> CpuParallelism(const Features& f, double explained_s) {
   if (k < 2) return std::nullopt;  // no room: nothing to suggest
   // Idle cores: the math library spreads a larger batch over them, at best
   // in proportion (an upper bound).
-  const double speedup = fixed_costs ? BatchSpeedup(fixed, k) : (used + idle) / std::max(used, 0.5);
+  const double saves = saves_pct / 100;
+  const double speedup = fixed_costs ? 1 / ((1 - saves) / BatchSpeedup(fixed, k) + saves)
+                                     : (used + idle) / std::max(used, 0.5);
   const double lost_s = f.active_s * (1 - 1 / speedup) - (fixed_costs ? 0 : explained_s);
   Finding x =
       Make(f, "parallelism",
@@ -724,7 +839,11 @@ std::optional<Finding> CpuParallelism(const Features& f, double explained_s) {
                       Fmt(" step (optimizer, and %.0f%% of the rest assumed operator dispatch) "
                           "stays per step while the rest grows with the batch: batch x%.0f "
                           "gives k/(fixed + k(1 - fixed))",
-                          100 * dispatch_share, k)
+                          100 * dispatch_share, k) +
+                      (saves > 0 ? Fmt(" on the %.0f%% of the step outside the blocking saves, "
+                                       "which stay per sample",
+                                       100 - saves_pct)
+                                 : std::string())
                 : Fmt("the job used %.1f of %.1f free cores; a batch x%.0f spread over all of "
                       "them",
                       used, used + idle, k);

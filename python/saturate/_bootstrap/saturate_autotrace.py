@@ -11,7 +11,8 @@ the spans format of docs/trace.md (what each event means: docs/auto.md):
     step marks   the end of every optimizer update (Optimizer.step; GradScaler.step
                  also when it skips the update)
     data_wait    time blocked in a DataLoader iterator's __next__, inline loading included
-    load_batch   one DataLoader fetch (in a worker process, or inline)
+    load_batch   one DataLoader fetch (in a worker process, or inline): samples, and
+                 cpu_ns, the fetching thread's CPU time (the span is wall time)
     forward      from the step's data (or the previous backward/update) to backward
     backward     torch.autograd.backward
     optimizer    the update itself
@@ -55,6 +56,7 @@ SYNC_SPAN_NS = 20_000  # host syncs at least this long also get a span of their 
 
 _now = time.monotonic_ns  # CLOCK_MONOTONIC on Linux: the clock of the spans files
 _tid = threading.get_native_id
+_cpu_now = time.thread_time_ns  # CPU time of the calling thread
 
 
 # ---- the spans file ------------------------------------------------------------------
@@ -501,6 +503,7 @@ def _hook_fetch(torch):
         @functools.wraps(orig)
         def wrapper(self, index, _orig=orig):
             t0 = _now()
+            c0 = _cpu_now()
             _state.fetch = getattr(_state, "fetch", 0) + 1
             try:
                 out = _orig(self, index)
@@ -510,7 +513,10 @@ def _hook_fetch(torch):
                 samples = len(index) if self.auto_collation else 1
             except TypeError:
                 samples = 1
-            _safe(_span)("load_batch", "loader", t0, _now(), {"samples": samples})
+            # The span is wall time (reads that block included); cpu_ns is what
+            # the fetching thread computed (decode, transforms, collation).
+            _safe(_span)("load_batch", "loader", t0, _now(),
+                         {"samples": samples, "cpu_ns": _cpu_now() - c0})
             return out
 
         cls.fetch = wrapper
