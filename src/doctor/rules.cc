@@ -198,9 +198,15 @@ bool LoaderThreadsBusy(const Features& f) {
 }
 
 // The share of the loader's per-sample time spent in read(): high means its
-// threads are busy waiting for storage, not computing. Unknown without read
-// counters (a torch DataLoader).
+// threads are busy waiting for storage, not computing. A torch DataLoader has
+// no read counters; with its fetches' thread CPU recorded, the share of their
+// wall time off the CPU plays that part (blocked in reads, or waiting for a
+// CPU, which Contended() decides first). Unknown otherwise.
 std::optional<double> ReadShare(const Features& f) {
+  if (f.loader_kind == "torch" && f.loader_cpu_cores && f.loader_busy_cores &&
+      *f.loader_busy_cores > 0) {
+    return std::max(0.0, 1 - *f.loader_cpu_cores / *f.loader_busy_cores);
+  }
   if (!f.loader_cpu_ns_per_sample || *f.loader_cpu_ns_per_sample <= 0 ||
       !f.loader_read_ns_per_sample) {
     return std::nullopt;
@@ -222,6 +228,13 @@ bool CpuBound(const Features& f) {
 
 bool IoSigns(const Features& f) {
   if (f.host_iowait_pct.value_or(0) >= kIowaitPct) return true;
+  // DataLoader fetches off the CPU most of their time, on a machine where
+  // runnable tasks did not queue for a CPU: blocked in reads, whatever the
+  // other processes kept busy.
+  if (f.loader_kind == "torch" && f.loader_cpu_cores && f.cpu_pressure_pct &&
+      *f.cpu_pressure_pct < kCpuPressurePct && ReadShare(f).value_or(0) >= kReadShare) {
+    return true;
+  }
   if (f.host_cpu_busy_pct.value_or(100) >= kCpuIdleishPct) return false;
   if (std::optional<double> read = ReadShare(f)) return *read >= kReadShare;
   // No loader counters: nobody computes while training waits.

@@ -383,6 +383,40 @@ TEST(RulesTest, BatchOneCountsHalfOfForwardAndBackwardAsDispatch) {
       << x->prediction->model;
 }
 
+// The tiny batch with a blocking save every 10 steps (a third of the time):
+// a larger batch spreads the fixed costs of the rest of the step, but the
+// saves stay per sample (checkpointed as often in samples).
+TEST(RulesTest, BatchFixKeepsTheBlockingSavesPerSample) {
+  RunBuilder b;
+  b.Cpus(2);
+  for (int i = 0; i < 10; ++i) {
+    b.Steps(10, {{"forward", 0.003}, {"backward", 0.004}, {"optimizer", 0.013}});
+    b.AddSpan("checkpoint", SpanKind::kCheckpoint, RunBuilder::kPid, RunBuilder::kTid, b.now_s(),
+              0.1);
+    b.Pause(0.1);
+  }
+  b.Steps(1, {{"forward", 0.003}, {"backward", 0.004}, {"optimizer", 0.013}})
+      .Loader(LoaderStats(101, 1, 0, 2, 0.01, 0.1))
+      .Samples([](double, SamplePoint& s) {
+        s.cpu_busy_pct = 95;
+        s.tree_cpu_pct = 190;
+      });
+  Analysis a = Analyze(b.Build());
+  const Features& f = a.features;
+  const Finding* x = Find(a.findings, "parallelism");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  const double saves = (*f.checkpoint_s + f.checkpoint_after_s.value_or(0)) /
+                       (*f.step_time_mean_s * double(f.steps));
+  EXPECT_NEAR(saves, 1.0 / 3, 0.02);
+  // Outside the saves, the step is the tiny batch's: 82.5% fixed; x7.
+  const double fixed = 0.65 + 0.5 * 0.35;
+  const double rest = 7 / (fixed + 7 * (1 - fixed));
+  EXPECT_EQ(FixValue(*x, "batch_size"), 7);
+  EXPECT_NEAR(x->prediction->speedup, 1 / ((1 - saves) / rest + saves), 0.02);
+  EXPECT_NE(x->prediction->model.find("outside the blocking saves"), std::string::npos)
+      << x->prediction->model;
+}
+
 TEST(RulesTest, ShortCpuStepsAreAssumedHalfDispatch) {
   // 3 ms steps: operator dispatch, which the phases do not show, is most of them.
   RunBuilder b;
@@ -738,6 +772,82 @@ TEST(RulesTest, WorkersBlockedInReadsAreIoBound) {
   ASSERT_FALSE(a.findings.empty());
   EXPECT_GT(*a.features.loader_busy_cores, 1.5) << "wall time of the workers' batches";
   EXPECT_EQ(a.findings.front().cause, "io_bound") << Describe(a.findings);
+}
+
+// The same workers with their thread CPU time recorded (cpu_ns): 2.5 ms of
+// decode a sample, while each batch took 170 ms of wall time in throttled
+// reads. Once storage keeps up, the 2 workers compute on the free cores beside
+// training: the wait falls to what that feeds, not to 0.
+doctor::Run WorkersInThrottledReads(double host_busy_pct, double pressure_pct) {
+  RunBuilder b;
+  b.Cpus(2).Steps(40, {{"data_wait", 0.15, SpanKind::kLoader}, {"forward", 0.02}});
+  b.Samples([=](double, SamplePoint& s) {
+    s.cpu_busy_pct = host_busy_pct;
+    s.cpu_pressure_pct = pressure_pct;
+    s.tree_cpu_pct = 68;
+  });
+  doctor::Run run = b.Build();
+  std::vector<Span> loads;
+  for (Span& s : run.spans) {
+    s.auto_source = true;
+    if (s.name != "data_wait") continue;
+    s.args["loader_id"] = 0;
+    for (int w = 0; w < 2; ++w) {
+      Span load = s;
+      load.name = "load_batch";
+      load.pid = 201 + w;
+      load.tid = 1;
+      load.dur_ns = int64_t(0.17e9);
+      load.args = {{"samples", 16}, {"cpu_ns", 16 * 2'500'000}};
+      loads.push_back(load);
+    }
+  }
+  run.spans.insert(run.spans.end(), loads.begin(), loads.end());
+  run.dataloaders.push_back(
+      {RunBuilder::kPid,
+       0,
+       {{"loader_id", 0}, {"num_workers", 2}, {"batch_size", 16}, {"prefetch_factor", 2}},
+       "train.py:210",
+       "ImageFolder"});
+  return run;
+}
+
+TEST(RulesTest, IoBoundPredictsCpuBoundLoadingFromTheWorkersThreadCpu) {
+  doctor::Run run = WorkersInThrottledReads(35, 1);
+  Analysis a = Analyze(run);
+  const Features& f = a.features;
+  EXPECT_NEAR(*f.loader_cpu_ns_per_sample, 2.5e6, 1) << "thread CPU, not the 10.6 ms of wall";
+  EXPECT_NEAR(*f.loader_compute_ns_per_sample, 2.5e6, 1);
+  EXPECT_GT(*f.loader_busy_cores, 1.5) << "wall time of the workers' batches";
+  ASSERT_TRUE(f.loader_cpu_cores.has_value());
+  EXPECT_NEAR(*f.loader_cpu_cores, 80 * 0.04 / (39 * 0.17), 0.02);
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& x = a.findings.front();
+  EXPECT_EQ(x.cause, "io_bound") << Describe(a.findings);
+  ASSERT_TRUE(x.prediction.has_value());
+  EXPECT_FALSE(x.prediction->upper_bound);
+  // The free cores feed loader + training CPU per sample; 2 workers at 2.5
+  // ms a sample could do 800/s, as much as the step takes (16 / 20 ms).
+  const double free_cores = 2 - *f.other_cpu_cores;
+  const double train_ns = (*f.tree_cpu_cores - *f.loader_cpu_cores) / *f.samples_per_s * 1e9;
+  const double feed = std::min(800.0, free_cores * 1e9 / (2.5e6 + train_ns));
+  const double step_s = *f.step_time_mean_s;
+  EXPECT_NEAR(x.prediction->speedup, step_s / std::max(0.02, 16 / feed), 0.02);
+  EXPECT_LT(x.prediction->speedup, step_s / 0.02 * 0.9) << "not the wait falling to 0";
+  EXPECT_NE(x.prediction->model.find("DataLoader num_workers=2"), std::string::npos)
+      << x.prediction->model;
+}
+
+// Other processes keep the host 80% busy, but nothing queued for a CPU
+// (pressure 2%): the workers' fetches, off the CPU 80% of their wall time,
+// were blocked in reads. With CPU pressure they may have waited for a CPU.
+TEST(RulesTest, WorkersOffTheCpuOnABusyHostAreIoBoundWithoutCpuPressure) {
+  Analysis a = Analyze(WorkersInThrottledReads(80, 2));
+  ASSERT_FALSE(a.findings.empty());
+  EXPECT_EQ(a.findings.front().cause, "io_bound") << Describe(a.findings);
+  Analysis b = Analyze(WorkersInThrottledReads(80, 40));
+  ASSERT_FALSE(b.findings.empty());
+  EXPECT_NE(b.findings.front().cause, "io_bound") << Describe(b.findings);
 }
 
 // Inline loading with iowait on the machine: the training process kept a core
