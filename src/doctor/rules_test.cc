@@ -850,6 +850,75 @@ TEST(RulesTest, WorkersOffTheCpuOnABusyHostAreIoBoundWithoutCpuPressure) {
   EXPECT_NE(b.findings.front().cause, "io_bound") << Describe(b.findings);
 }
 
+// ---- Runs recorded by the accuracy suite (bench/diagnosis, 2026-11-26) ------------
+// Each is a "before" run; the comment gives the gain its fix measured there.
+
+Analysis AnalyzeRecorded(const std::string& name) {
+  Result<doctor::Run> run = LoadRun(std::string(SATURATE_DOCTOR_TESTDATA) + "/diagnosis/" + name);
+  EXPECT_TRUE(run.ok()) << run.status().ToString();
+  return run.ok() ? Analyze(*run) : Analysis{};
+}
+
+// --check-fix's rule: the predicted gain (speedup - 1) within 30% of the
+// measured one.
+void ExpectGainWithin30Pct(const Finding& x, double measured) {
+  ASSERT_TRUE(x.prediction.has_value()) << x.cause;
+  const double predicted_gain = x.prediction->speedup - 1, measured_gain = measured - 1;
+  EXPECT_NEAR(predicted_gain, measured_gain, 0.3 * measured_gain) << x.prediction->model;
+}
+
+// Inline loading (-j 0 -b 32) and a 65 MB torch.save every 4 steps; -j 2
+// measured 1.39x. The saves stay after the fix and share the cores with the
+// workers; the workers start again at each pass: both are in the prediction.
+TEST(RulesRecordedTest, InlineLoadingWithSavesKeepsTheSavesInThePlan) {
+  Analysis a = AnalyzeRecorded("inline_checkpoint");
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& x = a.findings.front();
+  EXPECT_EQ(x.cause, "input_pipeline") << Describe(a.findings);
+  EXPECT_EQ(FixValue(x, "num_workers"), 2);
+  ExpectGainWithin30Pct(x, 1.39);
+  EXPECT_NE(x.prediction->model.find("the blocking saves stay"), std::string::npos)
+      << x.prediction->model;
+  EXPECT_NE(x.prediction->model.find("workers started at each pass"), std::string::npos)
+      << x.prediction->model;
+  EXPECT_NE(Find(a.findings, "checkpoint_stall"), nullptr) << Describe(a.findings);
+}
+
+// Batch 1 with Adam (fixed optimizer cost) and a torch.save every 10 steps;
+// -b 8 measured 2.30x (saving every step, 25% more often in samples than
+// before, so the gain at equal saves is a little higher).
+TEST(RulesRecordedTest, TinyBatchWithSavesRescalesOnlyTheStepOutsideThem) {
+  Analysis a = AnalyzeRecorded("tiny_checkpoint");
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& x = a.findings.front();
+  EXPECT_EQ(x.cause, "parallelism") << Describe(a.findings);
+  EXPECT_EQ(FixValue(x, "batch_size"), 8);
+  ExpectGainWithin30Pct(x, 2.30);
+}
+
+// A throttled disk (4 MB/s) under 2 DataLoader workers, recorded while other
+// processes took a core: the host was 76% busy, but runnable tasks rarely
+// queued for a CPU (pressure 9%), and the workers' fetches ran on the CPU for
+// 3.5 ms a sample of their 18 ms wall: storage. Once it keeps up, the 2
+// workers decode on the one free core beside training: not the 6x of the
+// wait falling to 0.
+TEST(RulesRecordedTest, SlowDiskPredictsCpuBoundLoadingFromThreadCpu) {
+  Analysis a = AnalyzeRecorded("slow_disk_busy_host");
+  const Features& f = a.features;
+  ASSERT_TRUE(f.loader_compute_ns_per_sample.has_value());
+  EXPECT_NEAR(*f.loader_compute_ns_per_sample / 1e6, 3.5, 0.1);
+  EXPECT_GT(*f.loader_busy_cores, 4 * *f.loader_cpu_cores) << "fetches mostly off the CPU";
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& x = a.findings.front();
+  EXPECT_EQ(x.cause, "io_bound") << Describe(a.findings);
+  ASSERT_TRUE(x.prediction.has_value());
+  EXPECT_FALSE(x.prediction->upper_bound);
+  const double no_wait = *f.step_time_mean_s / *f.compute_per_step_s;
+  EXPECT_LT(x.prediction->speedup, 0.5 * no_wait) << x.prediction->model;
+  EXPECT_NE(x.prediction->model.find("3.5 ms of CPU per sample"), std::string::npos)
+      << x.prediction->model;
+}
+
 // Inline loading with iowait on the machine: the training process kept a core
 // busy, so its thread was decoding, not waiting for storage.
 TEST(RulesTest, InlineLoadingOnABusyCoreIsNotIoBound) {
