@@ -400,11 +400,32 @@ void StepFeatures(const Run& run, const Training& t, Features* f) {
 // What the steps right after each save lose beyond their median length
 // (dirty pages written back, caches refilled): a cost of the save outside
 // its span. The steps holding a save, or within kAfterSaveSteps after one,
-// are compared with the median of the others.
+// are compared with the median of the others. A step's data wait is left
+// out: it is the loader's (and a save lets the loader get ahead, if anything);
+// in a data-bound run its spread would read as a cost of the saves.
 constexpr size_t kAfterSaveSteps = 3;
 
+// Each step's time outside data waits (`waits`: intervals by start).
+std::vector<int64_t> StepNsOutsideWaits(const std::vector<Interval>& steps,
+                                        const std::vector<Interval>& waits) {
+  std::vector<int64_t> out;
+  out.reserve(steps.size());
+  size_t w = 0;
+  for (const Interval& step : steps) {
+    while (w < waits.size() && waits[w].end_ns <= step.start_ns) ++w;
+    int64_t ns = step.end_ns - step.start_ns;
+    for (size_t i = w; i < waits.size() && waits[i].start_ns < step.end_ns; ++i) {
+      ns -= Overlap(waits[i].start_ns, waits[i].end_ns, step.start_ns, step.end_ns);
+    }
+    out.push_back(std::max<int64_t>(0, ns));
+  }
+  return out;
+}
+
 std::optional<double> PostCheckpointSlowdown(const std::vector<Interval>& saves,
-                                             const std::vector<Interval>& steps) {
+                                             const std::vector<Interval>& steps,
+                                             const std::vector<Interval>& waits) {
+  const std::vector<int64_t> step_ns = StepNsOutsideWaits(steps, waits);
   if (saves.empty() || steps.size() < 2 * kAfterSaveSteps) return std::nullopt;
   std::vector<int> after(steps.size(), -1);  // steps since the last save ended, -1: none near
   size_t k = 0;
@@ -422,26 +443,27 @@ std::optional<double> PostCheckpointSlowdown(const std::vector<Interval>& saves,
   }
   std::vector<int64_t> clean;
   for (size_t i = 0; i < steps.size(); ++i) {
-    if (after[i] < 0) clean.push_back(steps[i].end_ns - steps[i].start_ns);
+    if (after[i] < 0) clean.push_back(step_ns[i]);
   }
   if (clean.size() < kAfterSaveSteps) return std::nullopt;
   std::nth_element(clean.begin(), clean.begin() + clean.size() / 2, clean.end());
   const int64_t median_ns = clean[clean.size() / 2];
   int64_t extra_ns = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
-    if (after[i] > 0)
-      extra_ns += std::max<int64_t>(0, steps[i].end_ns - steps[i].start_ns - median_ns);
+    if (after[i] > 0) extra_ns += std::max<int64_t>(0, step_ns[i] - median_ns);
   }
   return Seconds(extra_ns);
 }
 
 void CheckpointFeatures(const Run& run, const Training& t, Features* f) {
   if (!t.tid) return;
-  std::vector<Interval> spans;
+  std::vector<Interval> spans, waits;
   for (const Span& s : run.spans) {
     if (s.pid != *t.pid || s.tid != *t.tid) continue;
     if (s.kind == SpanKind::kCheckpoint || Lower(s.name) == "checkpoint") {
       spans.push_back({s.start_ns, s.start_ns + s.dur_ns});
+    } else if (s.name == "data_wait") {
+      waits.push_back({s.start_ns, s.start_ns + s.dur_ns});
     }
   }
   if (spans.empty()) return;
@@ -458,7 +480,7 @@ void CheckpointFeatures(const Run& run, const Training& t, Features* f) {
     }
   }
   f->checkpoint_s = Seconds(total_ns);
-  f->checkpoint_after_s = PostCheckpointSlowdown(spans, t.steps);
+  f->checkpoint_after_s = PostCheckpointSlowdown(spans, t.steps, waits);
 }
 
 // ---- Samples -------------------------------------------------------------------

@@ -162,6 +162,25 @@ TEST(FeaturesTest, OnlyCheckpointsOnTheTrainingThreadStall) {
   EXPECT_NEAR(*f.checkpoint_s, 3, 1e-9);
 }
 
+// A data-bound run with a save every 4 steps: the steps after the saves wait
+// longer for data (the loader's spread, not the save's), with the same
+// compute. The slowdown after the saves counts compute only: none here.
+TEST(FeaturesTest, StepsAfterASaveLeaveTheirDataWaitOut) {
+  RunBuilder b;
+  b.Steps(4, {{"data_wait", 0.05, SpanKind::kLoader}, {"forward", 0.02}});
+  for (int i = 0; i < 6; ++i) {
+    b.AddSpan("checkpoint", SpanKind::kCheckpoint, RunBuilder::kPid, RunBuilder::kTid, b.now_s(),
+              0.1);
+    b.Pause(0.1)
+        .Steps(3, {{"data_wait", 0.3, SpanKind::kLoader}, {"forward", 0.02}})
+        .Steps(1, {{"data_wait", 0.05, SpanKind::kLoader}, {"forward", 0.02}});
+  }
+  Features f = ComputeFeatures(b.Build());
+  EXPECT_EQ(f.checkpoints, 6);
+  ASSERT_TRUE(f.checkpoint_after_s.has_value());
+  EXPECT_NEAR(*f.checkpoint_after_s, 0, 1e-6);
+}
+
 TEST(FeaturesTest, GpuMemoryIdleAndThrottleShares) {
   RunBuilder b;
   b.Gpus(2).Pause(10).Samples([](double t, SamplePoint& s) {

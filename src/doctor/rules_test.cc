@@ -868,15 +868,17 @@ void ExpectGainWithin30Pct(const Finding& x, double measured) {
 }
 
 // Inline loading (-j 0 -b 32) and a 65 MB torch.save every 4 steps; -j 2
-// measured 1.39x. The saves stay after the fix and share the cores with the
-// workers; the workers start again at each pass: both are in the prediction.
+// measured 1.39x and 1.80x in the suite's two before/after pairs (the
+// machine's noise). The saves stay after the fix and share the cores with the
+// workers; the workers start again at each pass: both are in the prediction
+// (without them it was 2.04x).
 TEST(RulesRecordedTest, InlineLoadingWithSavesKeepsTheSavesInThePlan) {
   Analysis a = AnalyzeRecorded("inline_checkpoint");
   ASSERT_FALSE(a.findings.empty());
   const Finding& x = a.findings.front();
   EXPECT_EQ(x.cause, "input_pipeline") << Describe(a.findings);
   EXPECT_EQ(FixValue(x, "num_workers"), 2);
-  ExpectGainWithin30Pct(x, 1.39);
+  ExpectGainWithin30Pct(x, (1.39 + 1.80) / 2);
   EXPECT_NE(x.prediction->model.find("the blocking saves stay"), std::string::npos)
       << x.prediction->model;
   EXPECT_NE(x.prediction->model.find("workers started at each pass"), std::string::npos)
