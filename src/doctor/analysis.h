@@ -221,7 +221,8 @@ struct Features {
   std::optional<double> loader_busy_cores;          // loader CPU time / its elapsed time
   // CPU the loader computes per sample, waits for storage excluded: decode +
   // transform (saturate.Loader), or the DataLoader fetches' thread CPU time
-  // (cpu_ns). What loading costs once reads no longer block.
+  // (cpu_ns) without each thread's first fetch (a worker's start). What
+  // loading costs once reads no longer block.
   std::optional<double> loader_compute_ns_per_sample;
   // A torch DataLoader's fetches' thread CPU time in the window / the window
   // (loader_busy_cores is their wall time: blocked reads included).

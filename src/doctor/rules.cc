@@ -284,6 +284,8 @@ struct ThreadPlan {
   double loader_ns_per_sample = 0;  // the loader CPU the plan is for
   double compute_s = 0;             // the step's compute per step, the saves left out
   double saves_s = 0;               // the blocking saves per step (SavesPerStepS)
+  double save_cpu_s = 0;            // their CPU per step: the writer's thread while it blocks
+  double train_ns_per_sample = 0;   // training CPU per sample, the saves left out
   double target_per_s = 0;          // samples/s the step could take: batch_size / compute time
   double fit_per_s = 0;   // samples/s the free cores sustain, loader and training together
   double feed_per_s = 0;  // min of the two (and of the threads allowed)
@@ -312,14 +314,14 @@ std::optional<ThreadPlan> PlanLoaderThreads(const Features& f, double loader_ns_
   p.free_cores = std::max(1.0, f.cpus - f.other_cpu_cores.value_or(0));
   // Training CPU per sample, measured: the tree's CPU beyond the loader's
   // and the saves'.
-  double train_ns_per_sample = 0;
+  if (f.steps > 0) p.save_cpu_s = std::min(f.checkpoint_s.value_or(0) / double(f.steps), p.saves_s);
   if (f.tree_cpu_cores && f.samples_per_s && *f.samples_per_s > 0) {
     const double save_cores = f.active_s > 0 ? f.checkpoint_s.value_or(0) / f.active_s : 0;
-    train_ns_per_sample =
+    p.train_ns_per_sample =
         std::max(0.0, *f.tree_cpu_cores - LoaderComputeCores(f).value_or(0) - save_cores) /
         *f.samples_per_s * 1e9;
   }
-  p.fit_per_s = p.free_cores * 1e9 / (loader_ns_per_sample + train_ns_per_sample);
+  p.fit_per_s = p.free_cores * 1e9 / (loader_ns_per_sample + p.train_ns_per_sample);
   p.feed_per_s = std::min(p.target_per_s, p.fit_per_s);
   if (max_threads) p.feed_per_s = std::min(p.feed_per_s, *max_threads * 1e9 / loader_ns_per_sample);
   p.threads = std::max(1.0, std::ceil(p.feed_per_s * loader_ns_per_sample / 1e9 - 0.05));
@@ -331,26 +333,53 @@ std::optional<ThreadPlan> PlanLoaderThreads(const Features& f) {
   return PlanLoaderThreads(f, *f.loader_cpu_ns_per_sample);
 }
 
-// A step once the loader feeds `plan.feed_per_s`: the compute or the
-// loading, whichever is longer (they overlap), then the saves, which stay.
-// During a save the loader keeps its threads busy, so the writer shares the
-// free cores with them and takes longer: (1 + loader cores) / free cores.
-// `pass_start_s`: a wait per pass the fix adds (workers started at each pass).
+// A step once the loader feeds `plan.feed_per_s`, with the costs the fix
+// leaves in place. It is the longest of three: the training thread's own path
+// (its compute and the blocking saves, which stay); the loading (batch / feed);
+// and all the CPU a step needs (loader and training per sample, and the
+// writer's while it saves) spread over the free cores. `pass_start_s` per pass
+// is a wait on top: the first batch of a pass, loaded by one fresh worker
+// alone, when the fix starts workers that are not persistent.
 struct ComposedStep {
   double step_s = 0;
+  double serial_s = 0;       // compute + saves on the training thread
   double loading_s = 0;      // batch / feed
-  double saves_s = 0;        // the saves, stretched
+  double cpu_s = 0;          // the step's CPU over the free cores
   double pass_starts_s = 0;  // per step
 };
 
 ComposedStep ComposeStep(const Features& f, const ThreadPlan& plan, double pass_start_s) {
   ComposedStep c;
-  c.loading_s = double(*f.loader_batch_size) / plan.feed_per_s;
-  const double loader_cores = plan.feed_per_s * plan.loader_ns_per_sample / 1e9;
-  c.saves_s = plan.saves_s * std::max(1.0, (1 + loader_cores) / plan.free_cores);
-  if (f.steps > 0) c.pass_starts_s = pass_start_s * double(f.loader_passes) / double(f.steps);
-  c.step_s = std::max(plan.compute_s, c.loading_s) + c.saves_s + c.pass_starts_s;
+  const double batch = double(*f.loader_batch_size);
+  const double passes_per_step = f.steps > 0 ? double(f.loader_passes) / double(f.steps) : 0;
+  c.serial_s = plan.compute_s + plan.saves_s;
+  c.loading_s = batch / plan.feed_per_s;
+  c.cpu_s =
+      (batch * (plan.loader_ns_per_sample + plan.train_ns_per_sample) / 1e9 + plan.save_cpu_s) /
+      plan.free_cores;
+  c.pass_starts_s = pass_start_s * passes_per_step;
+  c.step_s = std::max({c.serial_s, c.loading_s, c.cpu_s}) + c.pass_starts_s;
   return c;
+}
+
+// What binds the composed step, in words: "; the blocking saves stay (16.5
+// ms per step), and the step's CPU over 2.0 free cores takes 53 ms".
+std::string ComposedWords(const ThreadPlan& plan, const ComposedStep& c) {
+  std::string words;
+  if (plan.saves_s > 0) {
+    words += "; the blocking saves stay (" + Secs(plan.saves_s) + " per step)";
+    words +=
+        c.cpu_s >= std::max(c.serial_s, c.loading_s)
+            ? Fmt(", and the step's CPU with theirs over %.1f free cores takes ", plan.free_cores) +
+                  Secs(c.cpu_s)
+        : c.serial_s >= c.loading_s
+            ? ", and the training thread's compute and saves take " + Secs(c.serial_s)
+            : "";
+  }
+  if (c.pass_starts_s > 0) {
+    words += "; workers started at each pass add " + Secs(c.pass_starts_s) + " per step";
+  }
+  return words;
 }
 
 // How a fix names the loader's knobs: saturate.Loader's threads and prefetch,
@@ -443,20 +472,6 @@ void PredictNoWait(const Features& f, Finding& x, const DataWait& w, const std::
   }
 }
 
-// What the saves and the pass starts add to a composed step, in words: "; the
-// saves stay, 16.5 ms per step (22.3 ms with the loader busy beside them)".
-std::string ComposedWords(const ThreadPlan& plan, const ComposedStep& c) {
-  std::string words;
-  if (plan.saves_s > 0) {
-    words += "; the blocking saves stay, " + Secs(plan.saves_s) + " per step";
-    if (c.saves_s > plan.saves_s * 1.01) words += " (" + Secs(c.saves_s) + " beside the loader)";
-  }
-  if (c.pass_starts_s > 0) {
-    words += "; workers started at each pass add " + Secs(c.pass_starts_s) + " per step";
-  }
-  return words;
-}
-
 // More loader threads feed `plan.feed_per_s`: a step takes at least its
 // compute, and at least the time the loader needs for a batch; the saves
 // stay. Workers that are not persistent start at every pass: when the fix
@@ -476,7 +491,8 @@ void PredictThreads(const Features& f, Finding& x, const ThreadPlan& plan,
                   Fmt("with %s=%.0f the loader feeds %.0f samples/s, so a step of %.0f samples "
                       "waits ~",
                       knob.c_str(), plan.threads, plan.feed_per_s, batch) +
-                  Secs(std::max(0.0, c.loading_s - plan.compute_s)) + ComposedWords(plan, c),
+                  Secs(std::max(0.0, c.step_s - c.pass_starts_s - c.serial_s)) +
+                  ComposedWords(plan, c),
               false);
 }
 
@@ -632,7 +648,7 @@ void PredictStorageFixed(const Features& f, Finding& x, const DataWait& w) {
                       "%.0f samples waits ~",
                       KnobsOf(f).threads.c_str(), (long long)*f.loader_threads, plan->free_cores,
                       plan->feed_per_s, batch) +
-                  Secs(std::max(0.0, c.loading_s - plan->compute_s)) + ComposedWords(*plan, c),
+                  Secs(std::max(0.0, c.step_s - c.serial_s)) + ComposedWords(*plan, c),
               false);
 }
 
