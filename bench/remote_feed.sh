@@ -110,6 +110,9 @@ for m in modes:
 def fetched(mode):
     return next(r["remote"]["bytes_fetched"] for r in rows if r["mode"] == mode)
 mosaic = [r for r in rows if r["mode"].startswith("mosaic")]
+failed = [r for r in mosaic if r["mode"].endswith("-failed")]
+if failed:
+    print(f"\nMosaic Streaming epochs that failed (not timed): {len(failed)} of {len(mosaic)}")
 if mosaic:
     print("\nwhole epochs (startup included), same server, same cores:")
     for temp in ("cold", "warm"):
