@@ -1,10 +1,13 @@
 #include "watch/nvml.h"
 
 #include <dlfcn.h>
+#include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 #include <map>
 #include <utility>
 
@@ -64,6 +67,37 @@ std::string FromCString(const char* buf, size_t size) {
 
 uint64_t KibToBytes(unsigned int kib) { return uint64_t{kib} * 1024; }
 
+int64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The GPM metrics read, where each lands in GpmMetrics, and the factor to
+// its unit (MiB/s -> bytes/s for the rates).
+struct GpmField {
+  unsigned int id;
+  std::optional<double> GpmMetrics::*field;
+  double scale;
+};
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr GpmField kGpmFields[] = {
+    {abi::NVML_GPM_METRIC_GRAPHICS_UTIL, &GpmMetrics::graphics_active_pct, 1},
+    {abi::NVML_GPM_METRIC_SM_UTIL, &GpmMetrics::sm_active_pct, 1},
+    {abi::NVML_GPM_METRIC_SM_OCCUPANCY, &GpmMetrics::sm_occupancy_pct, 1},
+    {abi::NVML_GPM_METRIC_ANY_TENSOR_UTIL, &GpmMetrics::tensor_active_pct, 1},
+    {abi::NVML_GPM_METRIC_HMMA_TENSOR_UTIL, &GpmMetrics::hmma_tensor_active_pct, 1},
+    {abi::NVML_GPM_METRIC_DRAM_BW_UTIL, &GpmMetrics::dram_active_pct, 1},
+    {abi::NVML_GPM_METRIC_FP64_UTIL, &GpmMetrics::fp64_active_pct, 1},
+    {abi::NVML_GPM_METRIC_FP32_UTIL, &GpmMetrics::fp32_active_pct, 1},
+    {abi::NVML_GPM_METRIC_FP16_UTIL, &GpmMetrics::fp16_active_pct, 1},
+    {abi::NVML_GPM_METRIC_PCIE_TX_PER_SEC, &GpmMetrics::pcie_tx_bytes_per_s, kMiB},
+    {abi::NVML_GPM_METRIC_PCIE_RX_PER_SEC, &GpmMetrics::pcie_rx_bytes_per_s, kMiB},
+    {abi::NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, &GpmMetrics::nvlink_tx_bytes_per_s, kMiB},
+    {abi::NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, &GpmMetrics::nvlink_rx_bytes_per_s, kMiB},
+};
+static_assert(std::size(kGpmFields) <= abi::NVML_GPM_METRIC_MAX_V1);
+
 }  // namespace
 
 struct Nvml::Api {
@@ -103,6 +137,12 @@ struct Nvml::Api {
   Ret (*register_events)(Dev, unsigned long long, Set) = nullptr;
   Ret (*event_set_wait)(Set, abi::nvmlEventData_t*, unsigned int) = nullptr;
   Ret (*event_set_free)(Set) = nullptr;
+  // GPM: all five, or none (see ResolveSymbols).
+  Ret (*gpm_query_device_support)(Dev, abi::nvmlGpmSupport_t*) = nullptr;
+  Ret (*gpm_sample_alloc)(abi::nvmlGpmSample_t*) = nullptr;
+  Ret (*gpm_sample_free)(abi::nvmlGpmSample_t) = nullptr;
+  Ret (*gpm_sample_get)(Dev, abi::nvmlGpmSample_t) = nullptr;
+  Ret (*gpm_metrics_get)(abi::nvmlGpmMetricsGet_t*) = nullptr;
 };
 
 struct Nvml::DeviceState {
@@ -112,6 +152,12 @@ struct Nvml::DeviceState {
   unsigned long long last_util_sample_us = 0;     // newest nvmlDeviceGetSamples timestamp seen
   unsigned long long last_process_sample_us = 0;  // same, nvmlDeviceGetProcessUtilization
   std::vector<XidEvent> pending_xids;
+  // GPM: two sample buffers when the GPU supports it; `gpm_older` holds the
+  // previous reading once gpm_older_ns > 0.
+  bool gpm = false;
+  abi::nvmlGpmSample_t gpm_older{};
+  abi::nvmlGpmSample_t gpm_newer{};
+  int64_t gpm_older_ns = 0;  // CLOCK_MONOTONIC of gpm_older; 0: none yet
 
   // Notes a lost GPU; true when `rc` is success.
   bool Succeeded(abi::nvmlReturn_t rc) {
@@ -217,9 +263,17 @@ std::vector<std::string> ClocksEventReasonNames(uint64_t mask) {
   return names;
 }
 
+bool GpmMetrics::any() const {
+  for (const GpmField& f : kGpmFields) {
+    if (this->*f.field) return true;
+  }
+  return false;
+}
+
 Nvml::Nvml() : api_(std::make_unique<Api>()) {}
 
 Nvml::~Nvml() {
+  FreeGpm();
   if (event_set_ != nullptr && api_->event_set_free != nullptr) {
     api_->event_set_free(static_cast<abi::nvmlEventSet_t>(event_set_));
   }
@@ -314,6 +368,16 @@ Status Nvml::ResolveSymbols() {
   optional(&a.register_events, {"nvmlDeviceRegisterEvents"});
   optional(&a.event_set_wait, {"nvmlEventSetWait_v2", "nvmlEventSetWait"});
   optional(&a.event_set_free, {"nvmlEventSetFree"});
+  // GPM is usable only whole; one name stands for the group.
+  const bool gpm = Resolve(library_, {"nvmlGpmQueryDeviceSupport"}, &a.gpm_query_device_support) &
+                   Resolve(library_, {"nvmlGpmSampleAlloc"}, &a.gpm_sample_alloc) &
+                   Resolve(library_, {"nvmlGpmSampleFree"}, &a.gpm_sample_free) &
+                   Resolve(library_, {"nvmlGpmSampleGet"}, &a.gpm_sample_get) &
+                   Resolve(library_, {"nvmlGpmMetricsGet"}, &a.gpm_metrics_get);
+  if (!gpm) {
+    a.gpm_query_device_support = nullptr;
+    missing_symbols_.push_back("nvmlGpmMetricsGet");
+  }
   return Status::OK();
 }
 
@@ -369,7 +433,67 @@ void Nvml::LoadDevices(unsigned int count) {
     if (auto memory = dev.Read<abi::nvmlMemory_t>(api_->get_memory_info)) {
       dev.info.memory_total_bytes = memory->total;
     }
+    InitGpm(dev);
   }
+}
+
+bool Nvml::gpm_supported(int index) const {
+  return index >= 0 && index < device_count() && devices_[index].gpm;
+}
+
+void Nvml::InitGpm(DeviceState& dev) {
+  const Api& a = *api_;
+  if (a.gpm_query_device_support == nullptr) return;
+  abi::nvmlGpmSupport_t support{};
+  support.version = abi::NVML_GPM_SUPPORT_VERSION;
+  if (!dev.Call(a.gpm_query_device_support, &support) || support.isSupportedDevice == 0) return;
+  if (a.gpm_sample_alloc(&dev.gpm_older) != abi::NVML_SUCCESS) return;
+  if (a.gpm_sample_alloc(&dev.gpm_newer) != abi::NVML_SUCCESS) {
+    a.gpm_sample_free(dev.gpm_older);
+    return;
+  }
+  dev.gpm = true;
+  // The first reading, so that the first Sample() can already have metrics.
+  if (dev.Call(a.gpm_sample_get, dev.gpm_older)) dev.gpm_older_ns = MonotonicNs();
+}
+
+void Nvml::FreeGpm() {
+  for (DeviceState& dev : devices_) {
+    if (!dev.gpm) continue;
+    api_->gpm_sample_free(dev.gpm_older);
+    api_->gpm_sample_free(dev.gpm_newer);
+    dev.gpm = false;
+  }
+}
+
+void Nvml::ReadGpm(DeviceState& dev, GpmMetrics* out) {
+  const Api& a = *api_;
+  if (!dev.gpm || dev.lost) return;
+  const int64_t now_ns = MonotonicNs();
+  if (dev.gpm_older_ns > 0 && now_ns - dev.gpm_older_ns < gpm_min_interval_ns_) return;
+  if (!dev.Call(a.gpm_sample_get, dev.gpm_newer)) return;
+  if (dev.gpm_older_ns == 0) {  // no older reading yet: this one becomes it
+    std::swap(dev.gpm_older, dev.gpm_newer);
+    dev.gpm_older_ns = now_ns;
+    return;
+  }
+  // ~4 KB; the driver reads numMetrics entries.
+  auto get = std::make_unique<abi::nvmlGpmMetricsGet_t>();
+  get->version = abi::NVML_GPM_METRICS_GET_VERSION;
+  get->numMetrics = static_cast<unsigned int>(std::size(kGpmFields));
+  get->sample1 = dev.gpm_older;
+  get->sample2 = dev.gpm_newer;
+  for (size_t i = 0; i < std::size(kGpmFields); ++i) get->metrics[i].metricId = kGpmFields[i].id;
+  // On failure the older reading stays, so the next try spans a longer time.
+  if (!dev.Succeeded(a.gpm_metrics_get(get.get()))) return;
+  for (size_t i = 0; i < std::size(kGpmFields); ++i) {
+    const abi::nvmlGpmMetric_t& m = get->metrics[i];
+    if (m.nvmlReturn != abi::NVML_SUCCESS || !std::isfinite(m.value)) continue;
+    out->*kGpmFields[i].field = m.value * kGpmFields[i].scale;
+  }
+  if (out->any()) out->interval_s = double(now_ns - dev.gpm_older_ns) / 1e9;
+  std::swap(dev.gpm_older, dev.gpm_newer);
+  dev.gpm_older_ns = now_ns;
 }
 
 void Nvml::RegisterXidEvents() {
@@ -494,6 +618,7 @@ GpuSample Nvml::ReadMetrics(DeviceState& dev) {
       dev.Read<unsigned int>(a.get_pcie_throughput, abi::NVML_PCIE_UTIL_TX_BYTES), KibToBytes);
   s.clocks_event_reasons = dev.Read<unsigned long long>(a.get_clocks_event_reasons);
   s.temperature_c = dev.Read<unsigned int>(a.get_temperature, abi::NVML_TEMPERATURE_GPU);
+  ReadGpm(dev, &s.gpm);
   ReadProcesses(dev, &s);
   if (dev.lost) {  // fell off mid-sample: report nothing half-read
     s = GpuSample();

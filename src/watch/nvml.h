@@ -7,14 +7,21 @@
 // why, and the caller reports zero GPUs.
 //
 // Every metric is optional: a GPU or driver that lacks a function, or answers
-// NOT_SUPPORTED or any other error for it, leaves that field empty. A GPU
+// NOT_SUPPORTED or any other error for it, leaves that field empty.
+//
+// GPU activity counters (GPM: SM active, occupancy, tensor and other pipes,
+// DRAM bandwidth, PCIe and NVLink rates; Hopper and later, driver R520+) come
+// from two GPM samples: Nvml keeps the previous sample of each GPU that
+// supports GPM and computes the metrics over the span between consecutive
+// Sample() calls (at least gpm_min_interval_ns apart; a call sooner leaves
+// them empty and keeps the older sample, as does a failed computation). A GPU
 // that falls off the bus (NVML_ERROR_GPU_IS_LOST) is reported as `lost` in
 // its samples from then on, without calling the driver for it again; the
 // other GPUs keep being sampled.
 //
-// Ownership: an Nvml owns the dlopen handle, the NVML initialization and the
-// XID event set; its destructor frees the event set, calls nvmlShutdown and
-// dlcloses the library. Samples are plain values.
+// Ownership: an Nvml owns the dlopen handle, the NVML initialization, the
+// XID event set and the GPM sample buffers; its destructor frees the buffers
+// and the event set, calls nvmlShutdown and dlcloses the library. Samples are plain values.
 // Thread-safety: Nvml is not thread-safe. Sample()/SampleAll() keep
 // per-device state (last utilization timestamps, pending XID events), so
 // call them from one thread at a time. The const accessors may be called
@@ -23,6 +30,7 @@
 #ifndef SATURATE_WATCH_NVML_H_
 #define SATURATE_WATCH_NVML_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -59,6 +67,31 @@ struct XidEvent {
   uint64_t xid = 0;
 };
 
+// GPM activity counters of one GPU, averaged over the span between two GPM
+// samples (interval_s). Percentages are 0-100 as NVML gives them (DCGM's
+// DCGM_FI_PROF_* ratios are these / 100); rates are bytes per second (NVML
+// gives MiB/s). Each field is empty when the GPU or driver cannot give it
+// (pre-Hopper GPUs: all of them; a PCIe card: the NVLink rates).
+struct GpmMetrics {
+  std::optional<double> interval_s;              // the span the values average over
+  std::optional<double> graphics_active_pct;     // GRAPHICS_UTIL: any kernel/graphics work active
+  std::optional<double> sm_active_pct;           // SM_UTIL: share of SMs busy
+  std::optional<double> sm_occupancy_pct;        // SM_OCCUPANCY: resident warps / maximum
+  std::optional<double> tensor_active_pct;       // ANY_TENSOR_UTIL: any tensor-core pipe
+  std::optional<double> hmma_tensor_active_pct;  // HMMA_TENSOR_UTIL: fp16/bf16/tf32 tensor math
+  std::optional<double> dram_active_pct;         // DRAM_BW_UTIL: DRAM bandwidth / peak
+  std::optional<double> fp64_active_pct;         // FP64_UTIL: non-tensor fp64 pipe
+  std::optional<double> fp32_active_pct;         // FP32_UTIL: non-tensor fp32 pipe
+  std::optional<double> fp16_active_pct;         // FP16_UTIL: non-tensor fp16 pipe
+  std::optional<double> pcie_tx_bytes_per_s;     // PCIE_TX_PER_SEC: from the GPU
+  std::optional<double> pcie_rx_bytes_per_s;     // PCIE_RX_PER_SEC: to the GPU
+  std::optional<double> nvlink_tx_bytes_per_s;   // NVLINK_TOTAL_TX_PER_SEC, all links
+  std::optional<double> nvlink_rx_bytes_per_s;   // NVLINK_TOTAL_RX_PER_SEC, all links
+
+  // True when any metric (not counting interval_s) has a value.
+  bool any() const;
+};
+
 // One reading of one GPU. Every metric is optional (see the file comment).
 struct GpuSample {
   int index = 0;
@@ -83,6 +116,8 @@ struct GpuSample {
   std::optional<uint64_t> pcie_tx_bytes_per_s;
   std::optional<uint64_t> clocks_event_reasons;  // bitmask; see ClocksEventReasonNames()
   std::optional<uint32_t> temperature_c;
+  // GPM counters since the previous GPM sample; all empty without GPM.
+  GpmMetrics gpm;
   // Empty when the driver cannot list processes; an empty vector when it can
   // and none runs.
   std::optional<std::vector<GpuProcess>> processes;
@@ -123,6 +158,13 @@ class Nvml {
   // False when XID events cannot be watched (no event API, or no GPU accepted
   // the registration).
   bool xid_events_available() const { return event_set_ != nullptr; }
+  // True when GPU `index` answers GPM (the library has the GPM functions, the
+  // GPU says it supports them and its two sample buffers were allocated).
+  bool gpm_supported(int index) const;
+  // The shortest span GPM metrics are computed over (default 90 ms; NVIDIA
+  // advises samples about 100 ms apart). Tests lower it.
+  int64_t gpm_min_interval_ns() const { return gpm_min_interval_ns_; }
+  void set_gpm_min_interval_ns(int64_t ns) { gpm_min_interval_ns_ = ns; }
 
   // Reads every metric of GPU `index`. InvalidArgument only for a bad index;
   // an unavailable metric or a lost GPU is reported inside the sample.
@@ -146,6 +188,9 @@ class Nvml {
   void ReadUtilizationSamples(DeviceState& dev, GpuSample* out);
   void ReadProcesses(DeviceState& dev, GpuSample* out);
   void ReadProcessUtilization(DeviceState& dev, std::vector<GpuProcess>* processes);
+  void InitGpm(DeviceState& dev);
+  void ReadGpm(DeviceState& dev, GpmMetrics* out);
+  void FreeGpm();
 
   void* library_ = nullptr;  // dlopen handle
   std::unique_ptr<Api> api_;
@@ -155,6 +200,7 @@ class Nvml {
   std::string driver_version_;
   std::vector<std::string> missing_symbols_;
   std::vector<DeviceState> devices_;
+  int64_t gpm_min_interval_ns_ = 90'000'000;
 };
 
 // NVML's C ABI, as far as this loader uses it. These declarations mirror the
@@ -287,6 +333,59 @@ inline constexpr int NVML_DEVICE_NAME_BUFFER_SIZE = 96;  // the _V2 size; covers
 inline constexpr int NVML_DEVICE_UUID_BUFFER_SIZE = 96;  // the _V2 size; covers 80
 inline constexpr int NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE = 80;
 
+// GPM (nvml.h "GPM Enums/Structs"; nvmlGpmQueryDeviceSupport,
+// nvmlGpmSampleAlloc/Free, nvmlGpmSampleGet, nvmlGpmMetricsGet).
+struct nvmlGpmSample_st;
+struct nvmlGpmSample_t {  // a handle wrapped in a struct, passed by value
+  nvmlGpmSample_st* handle;
+};
+struct nvmlGpmMetric_t {
+  unsigned int metricId;    // IN: NVML_GPM_METRIC_*
+  nvmlReturn_t nvmlReturn;  // OUT: this metric's status; value valid iff NVML_SUCCESS
+  double value;             // OUT
+  struct {
+    char* shortName;
+    char* longName;
+    char* unit;
+  } metricInfo;  // OUT, may be null
+};
+// The array length of version 1 (NVML_GPM_METRIC_MAX in the headers that
+// introduced GPM; later headers enlarge it without changing the version).
+// The driver reads numMetrics entries, so a shorter array is safe.
+inline constexpr int NVML_GPM_METRIC_MAX_V1 = 98;
+struct nvmlGpmMetricsGet_t {
+  unsigned int version;     // NVML_GPM_METRICS_GET_VERSION
+  unsigned int numMetrics;  // entries of metrics[] to fill
+  nvmlGpmSample_t sample1;  // the older sample
+  nvmlGpmSample_t sample2;  // the newer sample
+  nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX_V1];
+};
+inline constexpr unsigned int NVML_GPM_METRICS_GET_VERSION = 1;
+struct nvmlGpmSupport_t {
+  unsigned int version;  // NVML_GPM_SUPPORT_VERSION
+  unsigned int isSupportedDevice;
+};
+inline constexpr unsigned int NVML_GPM_SUPPORT_VERSION = 1;
+// nvmlGpmMetricId_t. Percentages 0.0-100.0; *_PER_SEC in MiB/s.
+inline constexpr unsigned int NVML_GPM_METRIC_GRAPHICS_UTIL = 1;
+inline constexpr unsigned int NVML_GPM_METRIC_SM_UTIL = 2;
+inline constexpr unsigned int NVML_GPM_METRIC_SM_OCCUPANCY = 3;
+inline constexpr unsigned int NVML_GPM_METRIC_INTEGER_UTIL = 4;
+inline constexpr unsigned int NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5;
+inline constexpr unsigned int NVML_GPM_METRIC_DFMA_TENSOR_UTIL = 6;
+inline constexpr unsigned int NVML_GPM_METRIC_HMMA_TENSOR_UTIL = 7;
+inline constexpr unsigned int NVML_GPM_METRIC_IMMA_TENSOR_UTIL = 9;
+inline constexpr unsigned int NVML_GPM_METRIC_DRAM_BW_UTIL = 10;
+inline constexpr unsigned int NVML_GPM_METRIC_FP64_UTIL = 11;
+inline constexpr unsigned int NVML_GPM_METRIC_FP32_UTIL = 12;
+inline constexpr unsigned int NVML_GPM_METRIC_FP16_UTIL = 13;
+inline constexpr unsigned int NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20;
+inline constexpr unsigned int NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21;
+inline constexpr unsigned int NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = 60;
+inline constexpr unsigned int NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 61;
+
+static_assert(sizeof(nvmlGpmSample_t) == sizeof(void*) && sizeof(nvmlGpmMetric_t) == 40);
+static_assert(offsetof(nvmlGpmMetricsGet_t, metrics) == 24 && sizeof(nvmlGpmSupport_t) == 8);
 static_assert(sizeof(nvmlProcessInfo_v1_t) == 16 && sizeof(nvmlProcessInfo_v2_t) == 24);
 static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32 && sizeof(nvmlSample_t) == 16);
 static_assert(sizeof(nvmlPciInfo_t) == 68 && sizeof(nvmlEventData_t) == 32);

@@ -3,7 +3,9 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/testing.h"
@@ -37,6 +39,11 @@ class FakeNvml {
           Resolve("fake_nvml_init_version", &init_version_) &&
           Resolve("fake_nvml_process_query_version", &process_query_version_) &&
           Resolve("fake_nvml_open_event_sets", &open_event_sets_);
+    // The GPM controls exist in the current build only.
+    Resolve("fake_nvml_set_gpm_supported", &set_gpm_supported_);
+    Resolve("fake_nvml_set_gpm_metric", &set_gpm_metric_);
+    Resolve("fake_nvml_gpm_open_samples", &gpm_open_samples_);
+    Resolve("fake_nvml_gpm_metrics_gets", &gpm_metrics_gets_);
     if (ok_) reset_();
   }
   ~FakeNvml() {
@@ -58,6 +65,10 @@ class FakeNvml {
   int InitVersion() { return init_version_(); }
   int ProcessQueryVersion() { return process_query_version_(); }
   int OpenEventSets() { return open_event_sets_(); }
+  void SetGpmSupported(int index, bool on) { set_gpm_supported_(index, on ? 1 : 0); }
+  void SetGpmMetric(unsigned int id, double value) { set_gpm_metric_(id, value); }
+  int GpmOpenSamples() { return gpm_open_samples_(); }
+  long GpmMetricsGets() { return gpm_metrics_gets_(); }
 
  private:
   template <typename F>
@@ -79,6 +90,10 @@ class FakeNvml {
   int (*init_version_)() = nullptr;
   int (*process_query_version_)() = nullptr;
   int (*open_event_sets_)() = nullptr;
+  void (*set_gpm_supported_)(int, int) = nullptr;
+  void (*set_gpm_metric_)(unsigned int, double) = nullptr;
+  int (*gpm_open_samples_)() = nullptr;
+  long (*gpm_metrics_gets_)() = nullptr;
 };
 
 class NvmlTest : public ::testing::Test {
@@ -106,7 +121,8 @@ bool HasNoMetrics(const GpuSample& s) {
   return !s.util_pct && !s.mem_util_pct && !s.util_sampled_pct && !s.memory_used_bytes &&
          !s.memory_total_bytes && !s.power_w && !s.energy_mj && !s.sm_clock_mhz &&
          !s.mem_clock_mhz && !s.pcie_rx_bytes_per_s && !s.pcie_tx_bytes_per_s &&
-         !s.clocks_event_reasons && !s.temperature_c && !s.processes;
+         !s.clocks_event_reasons && !s.temperature_c && !s.processes && !s.gpm.any() &&
+         !s.gpm.interval_s;
 }
 
 TEST_F(NvmlTest, MissingLibraryFailsWithOneClearLine) {
@@ -135,6 +151,17 @@ TEST_F(NvmlTest, DefaultLibraryLoadsOrSaysWhyNot) {
     EXPECT_FALSE(s.lost);
     EXPECT_TRUE(s.memory_total_bytes.has_value());
     EXPECT_TRUE(s.util_pct.has_value());
+  }
+  // GPM on Hopper and later: the second reading has the activity counters.
+  for (int i = 0; i < (*nvml)->device_count(); ++i) {
+    if (!(*nvml)->gpm_supported(i)) continue;
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    GpuSample s = (*nvml)->Sample(i).value();
+    EXPECT_TRUE(s.gpm.sm_active_pct.has_value()) << (*nvml)->info(i).name;
+    EXPECT_TRUE(s.gpm.tensor_active_pct.has_value()) << (*nvml)->info(i).name;
+    EXPECT_TRUE(s.gpm.dram_active_pct.has_value()) << (*nvml)->info(i).name;
+    ASSERT_TRUE(s.gpm.interval_s.has_value());
+    EXPECT_GT(*s.gpm.interval_s, 0.1);
   }
 }
 
@@ -281,7 +308,9 @@ TEST_F(NvmlTest, LegacySymbolsWorkThroughFallbacks) {
   auto nvml = LoadFake(FAKE_NVML_OLD_PATH);
   ASSERT_NE(nvml, nullptr);
   EXPECT_EQ(fake_->InitVersion(), 1);
-  EXPECT_EQ(nvml->missing_symbols(), (Names{"nvmlDeviceGetTotalEnergyConsumption"}));
+  EXPECT_EQ(nvml->missing_symbols(),
+            (Names{"nvmlDeviceGetTotalEnergyConsumption", "nvmlGpmMetricsGet"}));
+  EXPECT_FALSE(nvml->gpm_supported(0));                     // a pre-R520 driver: no GPM at all
   EXPECT_EQ(nvml->info(1).pci_bus_id, "00000000:11:00.0");  // nvmlDeviceGetPciInfo_v2
   fake_->PushXid(0, 48);
 
@@ -369,6 +398,81 @@ TEST_F(NvmlTest, XidReportedOnceOnItsOwnGpu) {
   EXPECT_EQ(s.xid_events[0].xid, 13u);
   EXPECT_EQ(s.xid_events[1].xid, 31u);
   EXPECT_TRUE(nvml->Sample(1).value().xid_events.empty());
+}
+
+TEST_F(NvmlTest, GpmMetricsBetweenConsecutiveSamples) {
+  auto nvml = LoadFake();
+  ASSERT_NE(nvml, nullptr);
+  EXPECT_TRUE(nvml->gpm_supported(0));
+  EXPECT_FALSE(nvml->gpm_supported(1));  // "pre-Hopper": no buffers, no calls
+  EXPECT_EQ(fake_->GpmOpenSamples(), 2);
+  nvml->set_gpm_min_interval_ns(0);
+  // Load took the first reading, so the first Sample() has metrics.
+  GpuSample s = nvml->Sample(0).value();
+  const GpmMetrics& g = s.gpm;
+  EXPECT_EQ(g.graphics_active_pct, 95.0);
+  EXPECT_EQ(g.sm_active_pct, 20.0);
+  EXPECT_EQ(g.sm_occupancy_pct, 15.0);
+  EXPECT_EQ(g.tensor_active_pct, 2.0);
+  EXPECT_EQ(g.hmma_tensor_active_pct, 1.5);
+  EXPECT_EQ(g.dram_active_pct, 30.0);
+  EXPECT_EQ(g.fp64_active_pct, 0.0);
+  EXPECT_EQ(g.fp32_active_pct, 10.0);
+  EXPECT_EQ(g.fp16_active_pct, 0.5);
+  EXPECT_EQ(g.pcie_tx_bytes_per_s, 100.0 * 1024 * 1024);  // MiB/s -> bytes/s
+  EXPECT_EQ(g.pcie_rx_bytes_per_s, 200.0 * 1024 * 1024);
+  EXPECT_FALSE(g.nvlink_tx_bytes_per_s.has_value());  // NOT_SUPPORTED for this metric only
+  EXPECT_FALSE(g.nvlink_rx_bytes_per_s.has_value());
+  ASSERT_TRUE(g.interval_s.has_value());
+  EXPECT_GE(*g.interval_s, 0.0);
+  EXPECT_FALSE(nvml->Sample(1).value().gpm.any());
+  EXPECT_EQ(fake_->GpmMetricsGets(), 1);
+
+  // Each call computes over the span since the previous one (the fake fails
+  // a computation whose samples are not in order, so the buffers rotate).
+  fake_->SetGpmMetric(nvml_abi::NVML_GPM_METRIC_SM_UTIL, 80);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(nvml->Sample(0).value().gpm.sm_active_pct, 80.0);
+  EXPECT_EQ(fake_->GpmMetricsGets(), 4);
+}
+
+TEST_F(NvmlTest, GpmSkipsSamplesCloserThanTheMinimumInterval) {
+  auto nvml = LoadFake();
+  ASSERT_NE(nvml, nullptr);
+  nvml->set_gpm_min_interval_ns(60'000'000'000);  // a minute: never within the test
+  EXPECT_FALSE(nvml->Sample(0).value().gpm.any());
+  EXPECT_FALSE(nvml->Sample(0).value().gpm.interval_s.has_value());
+  EXPECT_EQ(fake_->GpmMetricsGets(), 0);
+  nvml->set_gpm_min_interval_ns(0);
+  EXPECT_TRUE(nvml->Sample(0).value().gpm.sm_active_pct.has_value());
+}
+
+TEST_F(NvmlTest, GpmUnsupportedGpuOrFailedMetricsLeaveFieldsEmpty) {
+  auto nvml = LoadFake(FAKE_NVML_PATH, [](FakeNvml& f) { f.SetGpmSupported(0, false); });
+  ASSERT_NE(nvml, nullptr);
+  nvml->set_gpm_min_interval_ns(0);
+  EXPECT_FALSE(nvml->gpm_supported(0));
+  EXPECT_EQ(fake_->GpmOpenSamples(), 0);
+  EXPECT_FALSE(nvml->Sample(0).value().gpm.any());
+  EXPECT_TRUE(nvml->missing_symbols().empty());  // the driver has GPM; the GPU does not
+}
+
+TEST_F(NvmlTest, GpmOnALostGpuStops) {
+  auto nvml = LoadFake();
+  ASSERT_NE(nvml, nullptr);
+  nvml->set_gpm_min_interval_ns(0);
+  fake_->LoseGpuAfter(0, 0);
+  GpuSample s = nvml->Sample(0).value();
+  EXPECT_TRUE(s.lost);
+  EXPECT_TRUE(HasNoMetrics(s));
+  EXPECT_EQ(fake_->GpmMetricsGets(), 0);
+}
+
+TEST_F(NvmlTest, DestructionFreesTheGpmSamples) {
+  auto nvml = LoadFake();
+  ASSERT_NE(nvml, nullptr);
+  EXPECT_EQ(fake_->GpmOpenSamples(), 2);
+  nvml.reset();
+  EXPECT_EQ(fake_->GpmOpenSamples(), 0);
 }
 
 TEST_F(NvmlTest, DestructionFreesTheEventSet) {

@@ -25,6 +25,18 @@
 //   FAKE_NVML_UTIL=square:<lo>:<hi>:<ms> alternating lo and hi, each for ms
 //                                        (a saw-tooth GPU waiting on input)
 //   FAKE_NVML_MEMORY_USED_GIB=<gib>      every GPU's memory in use
+//   FAKE_NVML_GPM=<id>=<value>,...       GPM metric values (NVML units: %,
+//                                        MiB/s) over the defaults below; a
+//                                        value "x" makes that metric fail
+//   FAKE_NVML_GPM=off                    no GPU supports GPM
+//
+// GPM (the current build only; the old one lacks the functions, as pre-R520
+// drivers do): GPU 0 supports it, GPU 1 does not (a pre-Hopper GPU). Metrics
+// between two samples of GPU 0, by id: graphics 1 -> 95, SM util 2 -> 20,
+// occupancy 3 -> 15, any tensor 5 -> 2, HMMA 7 -> 1.5, DRAM 10 -> 30, fp64 11
+// -> 0, fp32 12 -> 10, fp16 13 -> 0.5, PCIe tx 20 -> 100 MiB/s, rx 21 -> 200
+// MiB/s; NVLink 60/61 answer NOT_SUPPORTED (a PCIe card). nvmlGpmMetricsGet
+// fails with INVALID_ARGUMENT when sample2 is not newer than sample1.
 // Thread-safety: none; the tests are single-threaded.
 #include <time.h>
 
@@ -34,6 +46,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "watch/nvml.h"
@@ -67,6 +80,17 @@ struct FakeState {
   int event_set_count = 0;  // created and not freed
   std::vector<PendingEvent> events;
   bool xid_registered[kMaxDevices] = {};
+  bool gpm_supported[kMaxDevices] = {true, false};
+  int gpm_open_samples = 0;  // allocated and not freed
+  long gpm_sample_gets = 0;
+  long gpm_metrics_gets = 0;
+  std::vector<std::pair<unsigned int, double>> gpm_overrides;  // set by the tests
+};
+
+// A GPM sample buffer: which device and when (a counter) it was read.
+struct FakeGpmSample {
+  int device = -1;
+  long sequence = 0;  // 0: never read
 };
 
 FakeState& State() {
@@ -103,6 +127,75 @@ std::optional<unsigned int> PlantedUtil() {
 struct Initializer {
   Initializer() { Reset(); }
 } initializer;
+
+// GPM metric `id`: its value, or nullopt for NOT_SUPPORTED.
+[[maybe_unused]] std::optional<double> GpmValue(unsigned int id) {
+  std::optional<double> v;
+  switch (id) {
+    case 1:
+      v = 95;
+      break;
+    case 2:
+      v = 20;
+      break;
+    case 3:
+      v = 15;
+      break;
+    case 5:
+      v = 2;
+      break;
+    case 7:
+      v = 1.5;
+      break;
+    case 10:
+      v = 30;
+      break;
+    case 11:
+      v = 0;
+      break;
+    case 12:
+      v = 10;
+      break;
+    case 13:
+      v = 0.5;
+      break;
+    case 20:
+      v = 100;
+      break;
+    case 21:
+      v = 200;
+      break;
+    default:
+      break;
+  }
+  for (const auto& [oid, value] : State().gpm_overrides) {
+    if (oid == id) v = value;
+  }
+  if (const char* spec = std::getenv("FAKE_NVML_GPM")) {
+    for (const char* p = spec; *p != '\0';) {
+      char* end = nullptr;
+      const unsigned long oid = std::strtoul(p, &end, 10);
+      if (end == p || *end != '=') break;
+      p = end + 1;
+      if (*p == 'x') {
+        if (oid == id) v.reset();
+        ++p;
+      } else {
+        const double value = std::strtod(p, &end);
+        if (end == p) break;
+        if (oid == id) v = value;
+        p = end;
+      }
+      if (*p == ',') ++p;
+    }
+  }
+  return v;
+}
+
+[[maybe_unused]] bool GpmOff() {
+  const char* spec = std::getenv("FAKE_NVML_GPM");
+  return spec != nullptr && std::strcmp(spec, "off") == 0;
+}
 
 // The FakeDevice behind a handle, counting the call; null for a bad handle.
 FakeDevice* Dev(nvmlDevice_t handle) {
@@ -243,6 +336,65 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned l
   FakeDevice* dev = Dev(device);
   if (nvmlReturn_t rc = Check(dev, true); rc != NVML_SUCCESS) return rc;
   *mj = 1000000ULL + static_cast<unsigned long long>(dev->index);
+  return NVML_SUCCESS;
+}
+
+// ---- GPM ----------------------------------------------------------------------
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t* support) {
+  FakeDevice* dev = Dev(device);
+  if (nvmlReturn_t rc = Check(dev); rc != NVML_SUCCESS) return rc;
+  if (support == nullptr || support->version != NVML_GPM_SUPPORT_VERSION) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  support->isSupportedDevice = State().gpm_supported[dev->index] && !GpmOff() ? 1 : 0;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t* sample) {
+  if (sample == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  sample->handle = reinterpret_cast<nvmlGpmSample_st*>(new FakeGpmSample());
+  ++State().gpm_open_samples;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+  if (sample.handle == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  delete reinterpret_cast<FakeGpmSample*>(sample.handle);
+  --State().gpm_open_samples;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
+  FakeDevice* dev = Dev(device);
+  if (nvmlReturn_t rc = Check(dev); rc != NVML_SUCCESS) return rc;
+  if (sample.handle == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!State().gpm_supported[dev->index] || GpmOff()) return NVML_ERROR_NOT_SUPPORTED;
+  auto* s = reinterpret_cast<FakeGpmSample*>(sample.handle);
+  s->device = dev->index;
+  s->sequence = ++State().gpm_sample_gets;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t* get) {
+  if (get == nullptr || get->version != NVML_GPM_METRICS_GET_VERSION ||
+      get->numMetrics > NVML_GPM_METRIC_MAX_V1 || get->sample1.handle == nullptr ||
+      get->sample2.handle == nullptr) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  const auto* s1 = reinterpret_cast<const FakeGpmSample*>(get->sample1.handle);
+  const auto* s2 = reinterpret_cast<const FakeGpmSample*>(get->sample2.handle);
+  if (s1->sequence == 0 || s2->sequence <= s1->sequence || s1->device != s2->device) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  ++State().gpm_metrics_gets;
+  for (unsigned int i = 0; i < get->numMetrics; ++i) {
+    nvmlGpmMetric_t& m = get->metrics[i];
+    const std::optional<double> v = GpmValue(m.metricId);
+    m.nvmlReturn = v ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+    m.value = v.value_or(0);
+    m.metricInfo = {nullptr, nullptr, nullptr};
+  }
   return NVML_SUCCESS;
 }
 #endif
@@ -461,5 +613,15 @@ void fake_nvml_push_xid(int index, unsigned long long xid) {
 int fake_nvml_init_version() { return State().init_version; }
 int fake_nvml_process_query_version() { return State().process_query_version; }
 int fake_nvml_open_event_sets() { return State().event_set_count; }
+// GPM: whether GPU `index` supports it (read at nvmlGpmQueryDeviceSupport),
+// a metric's value (NVML units) over the default, buffers not freed, and the
+// calls made.
+void fake_nvml_set_gpm_supported(int index, int on) { State().gpm_supported[index] = on != 0; }
+void fake_nvml_set_gpm_metric(unsigned int id, double value) {
+  State().gpm_overrides.emplace_back(id, value);
+}
+int fake_nvml_gpm_open_samples() { return State().gpm_open_samples; }
+long fake_nvml_gpm_sample_gets() { return State().gpm_sample_gets; }
+long fake_nvml_gpm_metrics_gets() { return State().gpm_metrics_gets; }
 
 }  // extern "C"
