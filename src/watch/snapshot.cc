@@ -35,6 +35,25 @@ json GpuJson(const GpuSample& g) {
   if (g.clocks_event_reasons) {
     j["clocks_event_reasons"] = ClocksEventReasonNames(*g.clocks_event_reasons);
   }
+  if (g.gpm.any()) {
+    const GpmMetrics& m = g.gpm;
+    json gpm = json::object();
+    Put(gpm, "interval_s", m.interval_s);
+    Put(gpm, "graphics_active_pct", m.graphics_active_pct);
+    Put(gpm, "sm_active_pct", m.sm_active_pct);
+    Put(gpm, "sm_occupancy_pct", m.sm_occupancy_pct);
+    Put(gpm, "tensor_active_pct", m.tensor_active_pct);
+    Put(gpm, "hmma_tensor_active_pct", m.hmma_tensor_active_pct);
+    Put(gpm, "dram_active_pct", m.dram_active_pct);
+    Put(gpm, "fp64_active_pct", m.fp64_active_pct);
+    Put(gpm, "fp32_active_pct", m.fp32_active_pct);
+    Put(gpm, "fp16_active_pct", m.fp16_active_pct);
+    Put(gpm, "pcie_tx_bytes_per_s", m.pcie_tx_bytes_per_s);
+    Put(gpm, "pcie_rx_bytes_per_s", m.pcie_rx_bytes_per_s);
+    Put(gpm, "nvlink_tx_bytes_per_s", m.nvlink_tx_bytes_per_s);
+    Put(gpm, "nvlink_rx_bytes_per_s", m.nvlink_rx_bytes_per_s);
+    j["gpm"] = std::move(gpm);
+  }
   if (g.processes) {
     json procs = json::array();
     for (const GpuProcess& p : *g.processes) {
@@ -93,6 +112,20 @@ std::string Pct(const std::optional<double>& v) { return v ? Format("%3.0f%%", *
 
 std::string Opt(const char* fmt, const std::optional<double>& v) {
   return v ? Format(fmt, *v) : "n/a";
+}
+
+// A GPM percentage as DCGM's 0-1 ratio.
+std::optional<double> Ratio(const std::optional<double>& pct) {
+  return pct ? std::optional<double>(*pct / 100) : std::nullopt;
+}
+
+// GPM's PCIe rate (exact, over the whole interval) when the GPU has it, else
+// nvmlDeviceGetPcieThroughput's (a 20 ms window).
+std::optional<double> PcieRx(const GpuSample& g) {
+  return g.gpm.pcie_rx_bytes_per_s ? g.gpm.pcie_rx_bytes_per_s : AsDouble(g.pcie_rx_bytes_per_s);
+}
+std::optional<double> PcieTx(const GpuSample& g) {
+  return g.gpm.pcie_tx_bytes_per_s ? g.gpm.pcie_tx_bytes_per_s : AsDouble(g.pcie_tx_bytes_per_s);
 }
 
 template <typename T>
@@ -173,10 +206,38 @@ std::string SnapshotPrometheus(const Snapshot& s, const std::vector<GpuDeviceInf
       [](const GpuSample& g) { return AsDouble(g.mem_clock_mhz); });
   gpu("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).",
       [](const GpuSample& g) { return AsDouble(g.temperature_c); });
-  gpu("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "PCIe receive rate (in bytes/s).",
-      [](const GpuSample& g) { return AsDouble(g.pcie_rx_bytes_per_s); });
-  gpu("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "PCIe transmit rate (in bytes/s).",
-      [](const GpuSample& g) { return AsDouble(g.pcie_tx_bytes_per_s); });
+  gpu("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "PCIe receive rate (in bytes/s).", PcieRx);
+  gpu("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "PCIe transmit rate (in bytes/s).", PcieTx);
+  // GPM activity counters (Hopper and later), as DCGM's profiling fields:
+  // ratios 0-1 and bytes/s.
+  gpu("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.",
+      [](const GpuSample& g) { return Ratio(g.gpm.graphics_active_pct); });
+  gpu("DCGM_FI_PROF_SM_ACTIVE", "gauge",
+      "The ratio of cycles an SM has at least 1 warp assigned (computed from the number of "
+      "cycles and elapsed cycles).",
+      [](const GpuSample& g) { return Ratio(g.gpm.sm_active_pct); });
+  gpu("DCGM_FI_PROF_SM_OCCUPANCY", "gauge",
+      "The ratio of number of warps resident on an SM (resident warps / maximum warps).",
+      [](const GpuSample& g) { return Ratio(g.gpm.sm_occupancy_pct); });
+  gpu("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge",
+      "Ratio of cycles any tensor pipe is active (off the peak sustained elapsed cycles).",
+      [](const GpuSample& g) { return Ratio(g.gpm.tensor_active_pct); });
+  gpu("DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE", "gauge",
+      "Ratio of cycles the HMMA (fp16/bf16/tf32) tensor pipe is active.",
+      [](const GpuSample& g) { return Ratio(g.gpm.hmma_tensor_active_pct); });
+  gpu("DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
+      "Ratio of cycles the device memory interface is active sending or receiving data.",
+      [](const GpuSample& g) { return Ratio(g.gpm.dram_active_pct); });
+  gpu("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "gauge", "Ratio of cycles the fp64 pipes are active.",
+      [](const GpuSample& g) { return Ratio(g.gpm.fp64_active_pct); });
+  gpu("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "gauge", "Ratio of cycles the fp32 pipes are active.",
+      [](const GpuSample& g) { return Ratio(g.gpm.fp32_active_pct); });
+  gpu("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "gauge", "Ratio of cycles the fp16 pipes are active.",
+      [](const GpuSample& g) { return Ratio(g.gpm.fp16_active_pct); });
+  gpu("DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge", "NVLink transmit rate, all links (in bytes/s).",
+      [](const GpuSample& g) { return g.gpm.nvlink_tx_bytes_per_s; });
+  gpu("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge", "NVLink receive rate, all links (in bytes/s).",
+      [](const GpuSample& g) { return g.gpm.nvlink_rx_bytes_per_s; });
   gpu("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge",
       "Clocks event (throttle) reasons, an NVML bitmask.",
       [](const GpuSample& g) { return AsDouble(g.clocks_event_reasons); });
@@ -324,6 +385,9 @@ std::string RenderLine(const Snapshot& s) {
       line += " " + GiB(*g.memory_used_bytes) + "/" + GiB(*g.memory_total_bytes) + "GiB";
     }
     if (g.power_w) line += Format(" %.0fW", *g.power_w);
+    if (g.gpm.sm_active_pct) line += Format(" sm %.0f%%", *g.gpm.sm_active_pct);
+    if (g.gpm.tensor_active_pct) line += Format(" tensor %.0f%%", *g.gpm.tensor_active_pct);
+    if (g.gpm.dram_active_pct) line += Format(" dram %.0f%%", *g.gpm.dram_active_pct);
   }
   line += " | cpu " + Format("%.0f%%", s.host.cpu.busy_pct) +
           Format(" iowait %.1f%%", s.host.cpu.iowait_pct) + " mem " + GiB(s.mem.used_bytes()) +
@@ -369,15 +433,31 @@ std::string RenderScreen(const Snapshot& s, const ViewContext& view) {
         events += (events.empty() ? "" : ",") + n;
       }
     }
-    std::snprintf(row, sizeof(row),
-                  "%3d  %s   %s     %s     %-17s  %5s  %5s/%-5s  %6s/%-6s  %4s  %s\n", g.index,
-                  Pct(AsDouble(g.util_pct)).c_str(), Pct(g.util_sampled_pct).c_str(),
-                  Pct(AsDouble(g.mem_util_pct)).c_str(), mem.c_str(),
-                  Opt("%.0fW", g.power_w).c_str(), Opt("%.0f", AsDouble(g.sm_clock_mhz)).c_str(),
-                  Opt("%.0f", AsDouble(g.mem_clock_mhz)).c_str(),
-                  Opt("%.0f", Scaled(g.pcie_rx_bytes_per_s, 1e-6)).c_str(),
-                  Opt("%.0f", Scaled(g.pcie_tx_bytes_per_s, 1e-6)).c_str(),
-                  Opt("%.0fC", AsDouble(g.temperature_c)).c_str(), events.c_str());
+    std::snprintf(
+        row, sizeof(row), "%3d  %s   %s     %s     %-17s  %5s  %5s/%-5s  %6s/%-6s  %4s  %s\n",
+        g.index, Pct(AsDouble(g.util_pct)).c_str(), Pct(g.util_sampled_pct).c_str(),
+        Pct(AsDouble(g.mem_util_pct)).c_str(), mem.c_str(), Opt("%.0fW", g.power_w).c_str(),
+        Opt("%.0f", AsDouble(g.sm_clock_mhz)).c_str(),
+        Opt("%.0f", AsDouble(g.mem_clock_mhz)).c_str(),
+        Opt("%.0f", Scaled(PcieRx(g), 1e-6)).c_str(), Opt("%.0f", Scaled(PcieTx(g), 1e-6)).c_str(),
+        Opt("%.0fC", AsDouble(g.temperature_c)).c_str(), events.c_str());
+    out += row;
+  }
+  // GPM activity counters, for the GPUs that have them (Hopper and later).
+  bool gpm_header = false;
+  for (const GpuSample& g : s.gpus) {
+    if (g.lost || !g.gpm.any()) continue;
+    if (!gpm_header) {
+      out += "  #  SM active  occupancy  tensor  fp32  DRAM   NVLink rx/tx MB/s  (GPM)\n";
+      gpm_header = true;
+    }
+    char row[192];
+    std::snprintf(row, sizeof(row), "%3d  %s       %s       %s    %s  %s   %7s/%-7s\n", g.index,
+                  Pct(g.gpm.sm_active_pct).c_str(), Pct(g.gpm.sm_occupancy_pct).c_str(),
+                  Pct(g.gpm.tensor_active_pct).c_str(), Pct(g.gpm.fp32_active_pct).c_str(),
+                  Pct(g.gpm.dram_active_pct).c_str(),
+                  Opt("%.0f", Scaled(g.gpm.nvlink_rx_bytes_per_s, 1e-6)).c_str(),
+                  Opt("%.0f", Scaled(g.gpm.nvlink_tx_bytes_per_s, 1e-6)).c_str());
     out += row;
   }
   out += Format("\nhost  CPU %3.0f%%", s.host.cpu.busy_pct) +

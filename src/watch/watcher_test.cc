@@ -14,6 +14,7 @@
 #include "base/file.h"
 #include "base/testing.h"
 #include "watch/metrics_server.h"
+#include "watch/snapshot.h"
 
 namespace saturate::watch {
 namespace {
@@ -110,6 +111,87 @@ TEST(WatcherTest, PrometheusPageFollowsDcgmExporterNames) {
   EXPECT_NE(page.find("saturate_process_tree_rss_bytes"), std::string::npos);
   EXPECT_NE(w->Render(true).find("process tree"), std::string::npos);
   EXPECT_NE(w->Render(false).find("gpu1"), std::string::npos);
+}
+
+// GPM counters on a hand-built snapshot: GPU 0 has them (an H100), GPU 1 not.
+Snapshot GpmSnapshot() {
+  Snapshot s;
+  GpuSample h100, older;
+  h100.index = 0;
+  h100.util_pct = 100;
+  h100.pcie_rx_bytes_per_s = 5;  // the 20 ms window's reading; GPM's wins
+  h100.gpm.interval_s = 0.1;
+  h100.gpm.sm_active_pct = 20;
+  h100.gpm.sm_occupancy_pct = 12.5;
+  h100.gpm.tensor_active_pct = 2;
+  h100.gpm.dram_active_pct = 30;
+  h100.gpm.pcie_rx_bytes_per_s = 200.0 * 1024 * 1024;
+  h100.gpm.nvlink_tx_bytes_per_s = 1e9;
+  older.index = 1;
+  older.util_pct = 40;
+  older.pcie_rx_bytes_per_s = 7;
+  s.gpus = {h100, older};
+  return s;
+}
+
+TEST(SnapshotTest, GpmCountersInJsonPrometheusAndView) {
+  const Snapshot s = GpmSnapshot();
+  const json j = SnapshotJson(s);
+  const json& gpm = j["gpus"][0]["gpm"];
+  EXPECT_EQ(gpm["sm_active_pct"], 20.0);
+  EXPECT_EQ(gpm["sm_occupancy_pct"], 12.5);
+  EXPECT_EQ(gpm["tensor_active_pct"], 2.0);
+  EXPECT_EQ(gpm["interval_s"], 0.1);
+  EXPECT_FALSE(gpm.contains("fp32_active_pct"));  // what the GPU did not give is left out
+  EXPECT_FALSE(j["gpus"][1].contains("gpm"));
+
+  const std::vector<GpuDeviceInfo> infos = {{0, "NVIDIA H100 80GB HBM3", "GPU-a", "", {}},
+                                            {1, "Tesla V100", "GPU-b", "", {}}};
+  const std::string page = SnapshotPrometheus(s, infos, "host", {}, 1, 0);
+  // DCGM's profiling fields: ratios 0-1 and bytes/s, only for the GPU that has them.
+  EXPECT_NE(page.find("# TYPE DCGM_FI_PROF_SM_ACTIVE gauge\n"), std::string::npos) << page;
+  EXPECT_NE(page.find("DCGM_FI_PROF_SM_ACTIVE{gpu=\"0\",UUID=\"GPU-a\""), std::string::npos);
+  EXPECT_EQ(page.find("DCGM_FI_PROF_SM_ACTIVE{gpu=\"1\""), std::string::npos);
+  EXPECT_NE(page.find("Hostname=\"host\"} 0.20000000000000001\n"), std::string::npos);
+  EXPECT_NE(page.find("DCGM_FI_PROF_SM_OCCUPANCY{gpu=\"0\""), std::string::npos);
+  EXPECT_NE(page.find("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{gpu=\"0\""), std::string::npos);
+  EXPECT_NE(page.find("DCGM_FI_PROF_DRAM_ACTIVE{gpu=\"0\""), std::string::npos);
+  EXPECT_NE(page.find("DCGM_FI_PROF_NVLINK_TX_BYTES{gpu=\"0\""), std::string::npos);
+  EXPECT_EQ(page.find("DCGM_FI_PROF_NVLINK_RX_BYTES"), std::string::npos);  // no value: no family
+  EXPECT_EQ(page.find("DCGM_FI_PROF_PIPE_FP32_ACTIVE"), std::string::npos);
+  // PCIe: GPM's rate where there is one, the legacy reading elsewhere.
+  EXPECT_NE(page.find("Hostname=\"host\"} 209715200\n"), std::string::npos) << page;
+  EXPECT_NE(page.find("DCGM_FI_PROF_PCIE_RX_BYTES{gpu=\"1\",UUID=\"GPU-b\",pci_bus_id=\"\","
+                      "device=\"nvidia1\",modelName=\"Tesla V100\",Hostname=\"host\"} 7\n"),
+            std::string::npos)
+      << page;
+
+  const std::string line = RenderLine(s);
+  EXPECT_NE(line.find("gpu0 100% sm 20% tensor 2% dram 30%"), std::string::npos) << line;
+  const std::string screen = RenderScreen(s, {});
+  EXPECT_NE(screen.find("SM active"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("(GPM)"), std::string::npos) << screen;
+}
+
+TEST(WatcherTest, FakeGpmCountersReachTheSamples) {
+  const std::string dir = ::testing::TempDir() + "/watch_gpm";
+  std::filesystem::remove_all(dir);
+  WatchOptions o = FakeGpuOptions(dir);
+  o.interval_ns = 120'000'000;  // above GPM's minimum span
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto w, Watcher::Start(o));
+  std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  EXPECT_NE(w->PrometheusText().find("DCGM_FI_PROF_SM_ACTIVE{gpu=\"0\""), std::string::npos);
+  ASSERT_TRUE(w->Stop().ok());
+  int with_gpm = 0;
+  for (const json& line : ReadLines(dir + "/samples.jsonl")) {
+    const json& g0 = line["gpus"][0];
+    if (g0.contains("gpm")) {
+      ++with_gpm;
+      EXPECT_EQ(g0["gpm"]["sm_active_pct"], 20.0);
+    }
+    EXPECT_FALSE(line["gpus"][1].contains("gpm"));  // the fake's GPU 1 has no GPM
+  }
+  EXPECT_GE(with_gpm, 2);
 }
 
 TEST(WatcherTest, WithoutADriverItWatchesTheHostAndSaysWhy) {
