@@ -52,13 +52,23 @@ packages=(
   # whose .pc has Requires.private openssl, zlib and brotli, so pkg-config needs their
   # .pc files too, and the linker their runtime libraries.
   libcpp-httplib0.11 libcpp-httplib-dev libssl3 libssl-dev libbrotli1 libbrotli-dev
+  # find_package(Protobuf): protoc generates the tf.Example code, the formats part links
+  # protobuf-lite (TFRecord read in place)
+  libprotobuf-dev libprotobuf32 libprotobuf-lite32 protobuf-compiler libprotoc32
   # pkg-config itself (the GPU image may have none)
   pkgconf pkgconf-bin libpkgconf3
 )
+# Not carried: libcurl, libarchive and libhdf5 pull in some 30 runtime libraries (GnuTLS,
+# Kerberos, ICU, ...) that a 64 MiB call cannot hold; run.sh builds with
+# SATURATE_WITH_REMOTE/WEBDATASET/HDF5=OFF (s3://, tar shards and HDF5 packing are then
+# Unavailable there), which the GPU benchmarks do not use. Boost is header-only and only
+# <boost/crc.hpp> is used: its 31 headers are taken out of libboost1.74-dev (9 MB) below.
+boost_deb=libboost1.74-dev
+nvjpeg_wheel=nvidia-nvjpeg==13.3.2.43  # libnvjpeg.so.13 for decode="gpu" (CUDA 13, 3.8 MB)
 
 # A fresh folder: two versions of one package would both be unpacked.
-rm -rf "$deps/debs" "$deps/wallpapers" "$deps/SHA256SUMS"
-mkdir -p "$deps/debs"
+rm -rf "$deps/debs" "$deps/wallpapers" "$deps/boost" "$deps/wheels" "$deps/SHA256SUMS"
+mkdir -p "$deps/debs" "$deps/boost" "$deps/wheels"
 
 download() {  # apt-get download into the current folder; refresh the lists once if needed
   if ! apt-get -q download "$@"; then
@@ -80,6 +90,33 @@ if ((got != ${#packages[@]})); then
   echo "fetch-deps: expected ${#packages[@]} .deb files, got $got" >&2
   exit 1
 fi
+
+echo "== boost/crc.hpp and the headers it includes ($boost_deb)"
+boost_tmp=$(mktemp -d)
+(cd "$boost_tmp" && download "$boost_deb" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+dpkg -x "$boost_tmp"/"$boost_deb"_*.deb "$boost_tmp/x"
+printf '#include <boost/crc.hpp>\n#include <boost/version.hpp>\n' |
+  g++ -std=c++20 -M -I"$boost_tmp/x/usr/include" -x c++ - 2>/dev/null |
+  tr ' \\' '\n\n' | grep "^$boost_tmp/x/usr/include/boost/" | sort -u |
+  while IFS= read -r h; do
+    rel=${h#"$boost_tmp/x/"}
+    mkdir -p "$deps/boost/$(dirname "$rel")"
+    cp "$h" "$deps/boost/$rel"
+  done
+mkdir -p "$deps/boost/usr/share/doc/$boost_deb"
+cp "$boost_tmp/x/usr/share/doc/$boost_deb/copyright" "$deps/boost/usr/share/doc/$boost_deb/"
+rm -rf "$boost_tmp"
+echo "$(find "$deps/boost" -name '*.hpp' | wc -l) headers"
+[[ -f $deps/boost/usr/include/boost/crc.hpp ]] || { echo "fetch-deps: no boost/crc.hpp" >&2; exit 1; }
+
+echo "== $nvjpeg_wheel (PyPI)"
+pip_py=""
+for candidate in "$root/.venv/bin/python" python3; do
+  if "$candidate" -m pip --version >/dev/null 2>&1; then pip_py=$candidate; break; fi
+done
+[[ -n $pip_py ]] || { echo "fetch-deps: no python with pip for $nvjpeg_wheel" >&2; exit 1; }
+"$pip_py" -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+  -d "$deps/wheels" "$nvjpeg_wheel"
 
 echo "== source photos (plasma-workspace-wallpapers)"
 # Take them from the installed package when it is there (dpkg checked its files), else
@@ -123,13 +160,13 @@ for _, path in photos:
 print(f"{len(photos)} photos (one per class) copied to {dst}")
 EOF
 
-(cd "$deps" && find debs wallpapers -type f | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
+(cd "$deps" && find debs wallpapers boost wheels -type f | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
 
 total_kib=$(du -sk "$deps" | cut -f1)
 tree_kib=$(cd "$root" && { git ls-files -z; git ls-files -z --others --exclude-standard; } |
   du --files0-from=- -ck 2>/dev/null | tail -1 | cut -f1)
 echo "== sizes"
-du -sh "$deps/debs" "$deps/wallpapers"
+du -sh "$deps/debs" "$deps/wallpapers" "$deps/boost" "$deps/wheels"
 awk -v d="$total_kib" -v t="$tree_kib" -v l="$limit_mib" 'BEGIN {
   printf "bench/gpu/.deps: %.1f MiB (limit %d MiB)\n", d / 1024, l
   printf "a call carries: %.1f MiB (working tree %.1f + .deps) of 64 MiB\n", (d + t) / 1024, t / 1024 }'

@@ -50,6 +50,8 @@
 #   BUILD         the build folder (default build/gpu; --dry-run build/gpu-dry)
 #   UNTIL         stop after this step (e.g. pack: build, test and make the data, then a
 #                 command of your own can use them); the later steps are reported skipped
+#   SKIP          steps not to run, space-separated (e.g. "h2d train train-fp16": what an
+#                 earlier run measured); they are reported skipped
 #   TRAIN_ARGS    more arguments for the training bench, after run.sh's own (which they
 #                 override), e.g. "--amp bf16"; split on spaces
 # (The step functions are called through run_step, which shellcheck cannot follow.)
@@ -123,6 +125,10 @@ run_step() {
   shift 2
   if ((stopped)); then
     record "$name" skip 0.0 "after UNTIL=$UNTIL"
+    return
+  fi
+  if [[ " ${SKIP:-} " == *" $name "* ]]; then
+    record "$name" skip 0.0 "SKIP names it"
     return
   fi
   [[ $name == "${UNTIL:-}" ]] && stopped=1
@@ -254,6 +260,12 @@ else:
 EOF
     fi
   done
+  # The Boost headers fetch-deps.sh took out of libboost1.74-dev (boost/crc.hpp's closure).
+  cp -a "$deps/boost/usr" "$prefix/"
+  # libnvjpeg.so.13 from PyPI's nvidia-nvjpeg wheel, for decode="gpu" (dlopened at run time).
+  "$py" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
+    "$(echo "$deps"/wheels/nvidia_nvjpeg-*.whl)" "$prefix/nvjpeg"
+  ln -sfn "$prefix/nvjpeg/nvidia/cu13/lib/libnvjpeg.so.13" "$prefix/rt/libnvjpeg.so.13"
   # Absolute symlinks point at this machine's files (zlib1g-dev's libz.so ->
   # /lib/x86_64-linux-gnu/libz.so.1.2.13): point them at the prefix's copy instead.
   local link target cand
@@ -314,6 +326,8 @@ step_configure() {
   cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DSATURATE_WITH_CUDA=ON -DSATURATE_BUILD_PYTHON=ON -DSATURATE_BUILD_TESTS=ON \
     -DSATURATE_BUILD_BENCH=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DSATURATE_WITH_REMOTE=OFF -DSATURATE_WITH_WEBDATASET=OFF -DSATURATE_WITH_HDF5=OFF \
+    -DBoost_ROOT="$prefix/usr" -DBoost_NO_BOOST_CMAKE=ON -DBoost_NO_SYSTEM_PATHS=ON \
     -DCMAKE_PREFIX_PATH="$prefix/usr;$prefix" \
     -DPKG_CONFIG_EXECUTABLE="$prefix/bin/pkg-config" \
     -DPython_EXECUTABLE="$py" -Dnanobind_DIR="$nb_dir" \
@@ -326,8 +340,15 @@ step_build() {
   local t=$(($(left) - 240))  # keep ~4 minutes for the tests and the bench
   ((dry)) && t=3600           # 2 cores here: no device budget to keep
   ((t >= 60)) || t=60
-  echo "build: $cores jobs, timeout ${t}s"
-  timeout --kill-after=10 "$t" cmake --build "$build" -j "$cores"
+  # Only what the later steps run: the tool, the module, the GPU tests (CMake lists them)
+  # and h2d_bench. -k 0: one target that fails to build does not stop the others.
+  local targets=(saturate saturate_python h2d_bench)
+  mapfile -t -O 3 targets < <(grep . "$build/gpu_test_targets.txt")
+  echo "build: ${targets[*]}; $cores jobs, timeout ${t}s"
+  local keep_going=(-k)
+  [[ -f $build/build.ninja ]] && keep_going=(-k 0)
+  timeout --kill-after=10 "$t" cmake --build "$build" -j "$cores" --target "${targets[@]}" \
+    -- "${keep_going[@]}"
 }
 
 # CMake's cache says where each library of the .debs was found; all of them must be in the
@@ -338,7 +359,7 @@ step_provenance() {
     local value=${line#*=}
     [[ -z $value || $value == *-NOTFOUND ]] && continue
     if [[ $value == "$prefix"/* ]]; then echo "  prefix  $line"; else echo "  OTHER   $line"; bad=1; fi
-  done < <(grep -E '^(JPEG_(INCLUDE_DIR|LIBRARY_RELEASE)|PNG_(PNG_INCLUDE_DIR|LIBRARY_RELEASE)|ZLIB_(INCLUDE_DIR|LIBRARY_RELEASE)|(nlohmann_json|CLI11|GTest|benchmark)_DIR|pkgcfg_lib_[A-Z]+_[a-z_-]+):' \
+  done < <(grep -E '^(JPEG_(INCLUDE_DIR|LIBRARY_RELEASE)|PNG_(PNG_INCLUDE_DIR|LIBRARY_RELEASE)|ZLIB_(INCLUDE_DIR|LIBRARY_RELEASE)|(nlohmann_json|CLI11|GTest|benchmark)_DIR|Protobuf_(INCLUDE_DIR|LITE_LIBRARY_RELEASE|PROTOC_EXECUTABLE)|Boost_INCLUDE_DIR|pkgcfg_lib_[A-Z]+_[a-z_-]+):' \
     "$build/CMakeCache.txt" | sed -E 's/:[A-Z]+=/=/')
   ((bad == 0)) || { echo "some dependencies were found outside $prefix"; return 1; }
   echo "libraries of the built programs:"
@@ -513,8 +534,18 @@ step_example() {
   export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
   local args=(--data "$data" --max-steps 100 --warmup 5)
   ((dry)) && args=(--data "$data" --max-steps 3 --warmup 1 --image-size 64)
-  timeout --kill-after=10 $((example_seconds + 30)) "$py" \
-    "$root/examples/train_resnet18_photos.py" "${args[@]}"
+  local rc=0
+  timeout --kill-after=10 $((example_seconds + 30)) "$py" -X faulthandler \
+    "$root/examples/train_resnet18_photos.py" "${args[@]}" || rc=$?
+  if ((rc != 0 && rc != 124 && !dry)) && command -v cuda-gdb >/dev/null 2>&1; then
+    # A crash (the H200 run's free(): invalid pointer): the native stacks and what was
+    # loaded from where, which tell mismatched allocators or runtimes apart.
+    echo "exit $rc: the same run under cuda-gdb"
+    timeout --kill-after=10 90 cuda-gdb -q -batch -ex run -ex "thread apply all bt 30" \
+      -ex "info sharedlibrary" --args "$py" "$root/examples/train_resnet18_photos.py" \
+      "${args[@]}" --max-steps 5 || true
+  fi
+  return "$rc"
 }
 
 # ------------------------------------------------------------------------------- run

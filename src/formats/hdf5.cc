@@ -1,5 +1,6 @@
 #include "formats/hdf5.h"
 
+#if SATURATE_WITH_HDF5
 #include <hdf5.h>
 
 #include <algorithm>
@@ -344,3 +345,24 @@ Status Hdf5File::ReadImages(uint64_t begin, uint64_t count,
 }
 
 }  // namespace saturate::formats
+
+#else  // a build without libhdf5 (SATURATE_WITH_HDF5=OFF)
+
+namespace saturate::formats {
+
+struct Hdf5File::Handles {};
+Hdf5File::~Hdf5File() = default;
+
+Result<std::unique_ptr<Hdf5File>> Hdf5File::Open(const std::string& path, const Hdf5Options&) {
+  return Status::Unavailable(path +
+                             ": saturate was built without libhdf5 (SATURATE_WITH_HDF5=OFF); "
+                             "rebuild with -DSATURATE_WITH_HDF5=ON to pack HDF5 files");
+}
+
+Status Hdf5File::ReadImages(uint64_t, uint64_t, std::vector<std::vector<std::byte>>*) const {
+  return Status::Unavailable(path_ + ": saturate was built without libhdf5");
+}
+
+}  // namespace saturate::formats
+
+#endif  // SATURATE_WITH_HDF5

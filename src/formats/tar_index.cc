@@ -1,13 +1,18 @@
 #include "formats/tar_index.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <memory>
 
+#if SATURATE_WITH_WEBDATASET
+#include <archive.h>
+#include <archive_entry.h>
+#endif
+
 namespace saturate::formats {
+
+#if SATURATE_WITH_WEBDATASET
 namespace {
 
 struct ArchiveFree {
@@ -88,6 +93,16 @@ Result<std::vector<TarMember>> IndexTar(std::span<const std::byte> file) {
   }
   return members;
 }
+
+#else
+
+Result<std::vector<TarMember>> IndexTar(std::span<const std::byte>) {
+  return Status::Unavailable(
+      "saturate was built without libarchive (SATURATE_WITH_WEBDATASET=OFF), so it reads no "
+      "WebDataset tar shard; rebuild with -DSATURATE_WITH_WEBDATASET=ON");
+}
+
+#endif  // SATURATE_WITH_WEBDATASET
 
 bool SplitSampleName(const std::string& name, std::string* key, std::string* extension) {
   const size_t slash = name.rfind('/');

@@ -20,18 +20,6 @@
 
 namespace saturate::remote {
 
-RemoteStats ObjectStore::stats() const {
-  RemoteStats s;
-  s.requests = counters_.requests.load();
-  s.bytes_fetched = counters_.bytes_fetched.load();
-  s.bytes_uploaded = counters_.bytes_uploaded.load();
-  s.retries = counters_.retries.load();
-  s.errors = counters_.errors.load();
-  s.request_ns = counters_.request_ns.load();
-  s.in_flight = counters_.in_flight.load();
-  return s;
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;

@@ -12,6 +12,18 @@
 
 namespace saturate::remote {
 
+RemoteStats ObjectStore::stats() const {
+  RemoteStats s;
+  s.requests = counters_.requests.load();
+  s.bytes_fetched = counters_.bytes_fetched.load();
+  s.bytes_uploaded = counters_.bytes_uploaded.load();
+  s.retries = counters_.retries.load();
+  s.errors = counters_.errors.load();
+  s.request_ns = counters_.request_ns.load();
+  s.in_flight = counters_.in_flight.load();
+  return s;
+}
+
 Status FetchInto(ObjectStore& store, std::string_view name, uint64_t offset,
                  std::span<std::byte> out, const FetchOptions& options) {
   if (out.empty()) return Status::OK();
