@@ -42,6 +42,8 @@ Per workload, in this order:
   Step time: a CUDA event after every step (the GPU timeline, bubbles included: a host that
              launches late shows), the host kept at most one step ahead of the GPU (it waits
              on the previous step's event), no synchronize per step. CPU: perf_counter.
+  Host CPU:  busy / iowait / steal shares of all cores (/proc/stat) over the baseline and over
+             each save's steps: a VM's I/O can cost the training thread CPU time (steal).
   Disk:      dd bs=16M conv=fsync of --disk-probe-mib into --dir first: the disk's own speed.
   Derived:   blocked / d2h (bar <= 1.2), loss while writing = mean step time during the
              write / baseline mean - 1 (bar <= 2%), the same against the quiet steps of the
@@ -319,6 +321,26 @@ class StepClock:
         return [a.elapsed_time(b) / 1e3 for a, b in zip(self.marks, self.marks[1:])]
 
 
+def cpu_fields() -> list[int]:
+    """The host's aggregate CPU jiffies from /proc/stat (user nice system idle iowait irq
+    softirq steal), or [] where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(v) for v in f.readline().split()[1:9]]
+    except OSError:
+        return []
+
+
+def cpu_share(before: list[int], after: list[int]) -> Optional[Result]:
+    """Busy (user..softirq), iowait and steal as % of all cores' time between two reads."""
+    if not before or not after:
+        return None
+    d = [b - a for a, b in zip(before, after)]
+    total = sum(d) or 1
+    return {"busy_pct": 100 * (d[0] + d[1] + d[2] + d[5] + d[6]) / total,
+            "iowait_pct": 100 * d[4] / total, "steal_pct": 100 * d[7] / total}
+
+
 def run_steps(w: Workload, n: int) -> list[float]:
     """n steps from a synchronized start; their times."""
     sync(w.dev)
@@ -530,6 +552,7 @@ def one_save(w: Workload, m: Any, step: int, args: argparse.Namespace, cap_s: fl
     waited = m.wait_before_save()
     sync(w.dev)
     refs = reference_tensors(w) if refs_needed else None
+    cpu0 = cpu_fields()
     t0 = time.perf_counter()
     m.save(w.state(step), step)
     blocked = time.perf_counter() - t0
@@ -552,6 +575,7 @@ def one_save(w: Workload, m: Any, step: int, args: argparse.Namespace, cap_s: fl
         n += 1
         quiet += not writing
     times = clock.durations()
+    cpu = cpu_share(cpu0, cpu_fields())
     capped = m.writing()
     capped_wait = 0.0
     if capped and not args.every:  # the time cap, not the cadence, ended the steps: wait
@@ -559,7 +583,7 @@ def one_save(w: Workload, m: Any, step: int, args: argparse.Namespace, cap_s: fl
         m.wait_write()
         capped_wait = time.perf_counter() - t1
     rec = {"step": step, "blocked_s": blocked, "waited_before_s": waited,
-           "steps": n, "capped": capped, "capped_wait_s": capped_wait,
+           "steps": n, "capped": capped, "capped_wait_s": capped_wait, "host_cpu": cpu,
            "during_write_s": [t for t, f in zip(times, flags) if f],
            "quiet_s": [t for t, f in zip(times, flags) if not f]}
     return rec, refs
@@ -623,8 +647,13 @@ def run_method(name: str, w: Workload, root: str, args: argparse.Namespace,
         if not m.writing():
             rec["write_s"] = m.last_write_s()
         saves.append(rec)
+        during = rec["during_write_s"]
+        cpu = rec["host_cpu"] or {}
         log(f"  {name} save {len(saves)}: blocked {1e3 * (rec['blocked_s'] + rec['waited_before_s']):.1f} ms, "
-            f"{len(rec['during_write_s'])} steps during the write, {rec['steps']} steps"
+            f"{len(during)} steps during the write"
+            + (f" (mean {1e3 * mean(during):.2f} ms)" if during else "")
+            + f", {rec['steps']} steps; host CPU busy {cpu.get('busy_pct', 0):.0f}% "
+            f"iowait {cpu.get('iowait_pct', 0):.0f}% steal {cpu.get('steal_pct', 0):.1f}%"
             + (" (capped: write still running)" if rec["capped"] else ""))
         step += 1000
         if last:
@@ -651,12 +680,14 @@ def run_workload(model: str, args: argparse.Namespace, dev: torch.device,
     warm = run_steps(w, args.warmup)
     res: Result = {"model": w.info, "build_and_warmup_s": time.perf_counter() - t_start,
                    "warmup_steps": args.warmup, "warmup_last_s": warm[-1] if warm else None}
+    cpu0 = cpu_fields()
     base = run_steps(w, args.baseline_steps)
+    base_cpu = cpu_share(cpu0, cpu_fields())
     base_mean = mean(base)
     res["baseline"] = {"steps": len(base), "step_mean_s": base_mean,
                        "step_median_s": statistics.median(base),
                        "step_min_s": min(base), "step_max_s": max(base),
-                       "steps_per_s": 1 / base_mean}
+                       "steps_per_s": 1 / base_mean, "host_cpu": base_cpu, "step_s": base}
     d2h = d2h_reference(w, 5)
     res["d2h"] = d2h
     res["state_gib"] = d2h["bytes"] / 2**30
