@@ -145,6 +145,15 @@ nb::dict StatsDict(const feed::LoaderStats& s) {
   d["h2d_bytes"] = s.h2d_bytes;
   d["h2d_batches"] = s.h2d_batches;
   d["device_buffers"] = s.device_buffers;
+  // DeviceLoader's JPEG decode ("cpu" for a host loader).
+  d["decode"] = s.decode.empty() ? std::string("cpu") : s.decode;
+  d["decode_backend"] = s.decode_backend;
+  d["gpu_decoded"] = s.gpu_decoded;
+  d["gpu_decode_ns"] = s.gpu_decode_ns;
+  d["gpu_decode_fallbacks"] = s.gpu_decode_fallbacks;
+  d["gpu_decode_fraction"] = s.gpu_decode_fraction;
+  d["cpu_decode_images_per_s_per_thread"] = s.cpu_decode_images_per_s_per_thread;
+  d["gpu_decode_images_per_s"] = s.gpu_decode_images_per_s;
   // Remote datasets (zero for local ones).
   d["remote_requests"] = s.remote.requests;
   d["remote_bytes_fetched"] = s.remote.bytes_fetched;
@@ -163,13 +172,20 @@ nb::dict StatsDict(const feed::LoaderStats& s) {
 // A Loader, or with a CUDA device a DeviceLoader, behind feed::BatchSource.
 class PyLoader {
  public:
-  PyLoader(const feed::LoaderOptions& options, const std::string& device, int device_prefetch) {
+  PyLoader(const feed::LoaderOptions& options, const std::string& device, int device_prefetch,
+           const std::string& decode) {
     if (device == "cpu") {
+      if (decode != "cpu" && decode != "auto") {
+        throw nb::value_error(("decode=\"" + decode +
+                               "\" needs a CUDA device (device=\"cuda\"); a host loader "
+                               "decodes on the CPU")
+                                  .c_str());
+      }
       auto loader = ValueOrThrow(WithoutGil([&] { return feed::Loader::Open(options); }));
       host_ = loader.get();
       source_ = std::move(loader);
     } else {
-      feed::DeviceOptions d{device, device_prefetch};
+      feed::DeviceOptions d{device, device_prefetch, decode};
       auto loader = ValueOrThrow(WithoutGil([&] { return feed::DeviceLoader::Open(options, d); }));
       device_ = loader.get();
       host_ = &loader->host();
@@ -645,7 +661,7 @@ NB_MODULE(_core, m) {
              const std::vector<std::string>& transforms, const std::string& device,
              int device_prefetch, const std::string& endpoint, const std::string& cache_dir,
              uint64_t cache_bytes, uint64_t readahead_bytes, int remote_requests,
-             bool block_shuffle) {
+             bool block_shuffle, const std::string& decode) {
             feed::LoaderOptions o = MakeLoaderOptions(
                 dataset, batch_size, shuffle, seed, drop_last, rank, world_size, drop_uneven,
                 threads, prefetch, ram_cap_bytes, max_held_batches, skip_bad, transforms);
@@ -655,13 +671,14 @@ NB_MODULE(_core, m) {
             o.remote.readahead_bytes = readahead_bytes;
             o.remote.requests = remote_requests;
             o.block_shuffle = block_shuffle;
-            new (self) PyLoader(o, device, device_prefetch);
+            new (self) PyLoader(o, device, device_prefetch, decode);
           },
           "dataset"_a, "batch_size"_a, "shuffle"_a, "seed"_a, "drop_last"_a, "rank"_a.none(),
           "world_size"_a.none(), "drop_uneven"_a, "threads"_a, "prefetch"_a, "ram_cap_bytes"_a,
           "max_held_batches"_a, "skip_bad"_a, "transforms"_a, "device"_a = "cpu",
           "device_prefetch"_a = 2, "endpoint"_a = "", "cache_dir"_a = "", "cache_bytes"_a = 0,
-          "readahead_bytes"_a = 0, "remote_requests"_a = 0, "block_shuffle"_a = false)
+          "readahead_bytes"_a = 0, "remote_requests"_a = 0, "block_shuffle"_a = false,
+          "decode"_a = "cpu")
       .def("next", &PyLoader::Next, "framework"_a, "with_info"_a = false, "stream"_a = 0)
       .def("set_epoch", &PyLoader::SetEpoch, "epoch"_a)
       .def("state_json", &PyLoader::StateJson)

@@ -109,6 +109,12 @@ class Loader:
       device: "cpu", or "cuda" / "cuda:N" to receive batches in GPU memory (see the
         module docs); raises saturate.errors.UnavailableError where there is no GPU.
       device_prefetch: batches copied to the GPU ahead of the one being used.
+      decode: where JPEGs are decoded with a CUDA device: "cpu" (the loader's threads),
+        "gpu" (nvJPEG, the hardware engine where present; raises UnavailableError naming
+        libnvjpeg where it cannot be loaded) or "auto" (split between the threads and the
+        GPU by measured rates; the CPU alone without nvJPEG). Samples, labels and crops are
+        the CPU path's; GPU-decoded pixels differ by a few levels (docs/gpu.md). ``stats()``
+        shows the split (``gpu_decode_fraction``, ``gpu_decoded``, ``decode_backend``).
       endpoint: remote datasets (``s3://bucket/prefix``, ``http(s)://...``): the S3 endpoint
         (default ``AWS_ENDPOINT_URL``, else AWS). See docs/remote.md.
       cache_dir: a local directory that keeps fetched shard blocks (default
@@ -145,11 +151,16 @@ class Loader:
         cache_bytes: int = 0,
         readahead_bytes: int = 0,
         remote_requests: int = 0,
+        decode: str = "cpu",
     ):
         if framework not in _FRAMEWORKS:
             raise ValueError(f"framework: {framework!r} (use one of {', '.join(_FRAMEWORKS)})")
         if device != "cpu" and framework == "numpy":
             raise ValueError(f"framework='numpy' cannot hold {device} tensors; use torch, jax or dlpack")
+        if decode not in ("cpu", "gpu", "auto"):
+            raise ValueError(f"decode: {decode!r} (use 'cpu', 'gpu' or 'auto')")
+        if decode == "gpu" and device == "cpu":
+            raise ValueError("decode='gpu' needs device='cuda' (a host loader decodes on the CPU)")
         if framework in ("torch", "jax"):
             __import__(framework)  # a clear ImportError now, not at the first batch
         if not isinstance(batch_size, int) or batch_size <= 0:
@@ -183,6 +194,7 @@ class Loader:
             readahead_bytes=readahead_bytes,
             remote_requests=remote_requests,
             block_shuffle=block_shuffle,
+            decode=decode,
         )
         self._device = device
         self._epoch = 0

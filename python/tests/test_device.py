@@ -96,3 +96,64 @@ def test_cuda_allocates_nothing_per_batch(photos):
     assert torch.cuda.mem_get_info()[0] == free_before
     assert loader.stats()["device_buffers"] == buffers
     assert loader.stats()["h2d_bytes"] > 0
+
+
+def test_decode_option_is_checked(photos):
+    with pytest.raises(ValueError, match="decode"):
+        saturate.Loader(photos, 4, decode="nvjpeg")
+    with pytest.raises(ValueError, match="device='cuda'"):
+        saturate.Loader(photos, 4, decode="gpu")
+    # "auto" on the host is the CPU path.
+    loader = saturate.Loader(photos, 4, decode="auto", transforms={"image": CROP})
+    assert len(epoch(loader)) == 9
+    assert loader.stats()["decode"] == "cpu"
+    assert loader.stats()["gpu_decoded"] == 0
+
+
+def _nvjpeg_or_skip(photos):
+    try:
+        return saturate.Loader(photos, 4, seed=5, transforms={"image": CROP}, device="cuda",
+                               decode="gpu")
+    except errors.UnavailableError as e:
+        if "nvJPEG" in str(e) or "nvjpeg" in str(e):
+            pytest.skip(f"no nvJPEG: {e}")
+        raise
+
+
+@pytest.mark.gpu
+def test_gpu_decode_gives_the_cpu_paths_samples_with_bounded_pixel_differences(photos):
+    # Same seed: same samples, labels, crops and flips; pixels differ by the
+    # decoders' IDCT/upsampling and the CPU path's DCT-scaled decode (docs/gpu.md).
+    cpu = epoch(saturate.Loader(photos, 4, seed=5, transforms={"image": CROP}))
+    loader = _nvjpeg_or_skip(photos)
+    gpu = epoch(loader)
+    assert len(gpu) == len(cpu)
+    total, n, worst = 0.0, 0, 0
+    for a, b in zip(cpu, gpu, strict=True):
+        assert torch.equal(a["label"], b["label"])
+        assert a["image"].shape == b["image"].shape
+        d = (a["image"].to(torch.int16) - b["image"].to(torch.int16)).abs()
+        total += float(d.sum())
+        n += d.numel()
+        worst = max(worst, int(d.max()))
+    stats = loader.stats()
+    print(f"decode=gpu ({stats['decode_backend']}): mean abs diff {total / n:.3f}, max {worst}")
+    assert total / n <= 2.0
+    assert worst <= 96
+    assert stats["decode"] == "gpu"
+    assert stats["gpu_decoded"] + stats["gpu_decode_fallbacks"] >= 33
+    assert stats["gpu_decode_fraction"] == 1.0
+
+
+@pytest.mark.gpu
+def test_gpu_decode_auto_shows_its_split(photos):
+    _nvjpeg_or_skip(photos)
+    loader = saturate.Loader(photos, 4, seed=5, transforms={"image": GPU_READY}, device="cuda",
+                             decode="auto")
+    cpu = epoch(saturate.Loader(photos, 4, seed=5, transforms={"image": GPU_READY}))
+    got = epoch(loader)
+    for a, b in zip(cpu, got, strict=True):
+        assert torch.equal(a["label"], b["label"])
+    stats = loader.stats()
+    assert stats["decode"] == "auto"
+    assert 0.0 < stats["gpu_decode_fraction"] < 1.0

@@ -21,7 +21,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "image/transform.h"
 #include "saturate/base/status.h"
@@ -45,6 +48,33 @@ struct PixelConvert {
   std::array<float, 3> std = {1, 1, 1};
 
   uint64_t pixels() const { return static_cast<uint64_t>(batch) * height * width; }
+};
+
+// One JPEG for JpegDecoder::Decode: decode, take `crop` (stored pixels,
+// inside the image), resize it to the decoder's output size with
+// image::CropResizeRgb's filter (antialiased bilinear, in float), mirror if
+// `hflip`, and write uint8 RGB HWC to `dst` (device memory).
+struct JpegJob {
+  std::span<const std::byte> encoded;  // host memory, borrowed for the call
+  image::CropRect crop;
+  bool hflip = false;
+  void* dst = nullptr;
+};
+
+// A JPEG decoder on the device (nvJPEG in CUDA builds). Owned by its
+// caller; one thread at a time.
+class JpegDecoder {
+ public:
+  virtual ~JpegDecoder() = default;
+  // E.g. "nvjpeg hardware+gpu"; for stats and errors.
+  virtual std::string backend() const = 0;
+  // Enqueues every job on `stream`, each writing out_width x out_height x 3
+  // bytes at its dst. (*failed)[k] is set for a job the decoder could not
+  // decode (its dst is left as it was; the caller decodes it on the CPU).
+  // Returns once the jobs have run (so its wall time is the decode's).
+  // An error return means the stream's state is unknown: nothing written.
+  virtual Status Decode(std::span<const JpegJob> jobs, int out_width, int out_height, Stream stream,
+                        std::vector<uint8_t>* failed) = 0;
 };
 
 class Gpu {
@@ -74,6 +104,11 @@ class Gpu {
   // Whether everything before the last Record(event) has finished.
   virtual Result<bool> Done(Event event) = 0;
   virtual Status Synchronize(Event event) = 0;  // blocks the caller until Done
+  // A JPEG decoder on this device, or Unavailable naming why not (e.g.
+  // libnvjpeg not found). The default has none.
+  virtual Result<std::unique_ptr<JpegDecoder>> OpenJpegDecoder() {
+    return Status::Unavailable("no GPU JPEG decoder on this device");
+  }
 };
 
 // "cuda" -> 0, "cuda:N" -> N; anything else is InvalidArgument naming it.

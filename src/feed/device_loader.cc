@@ -1,7 +1,11 @@
 #include "saturate/feed/device_loader.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -9,6 +13,8 @@
 #include <vector>
 
 #include "device/gpu.h"
+#include "feed/decode_split.h"
+#include "feed/image_deferral.h"
 #include "feed/sample_plan.h"
 #include "saturate/format/reader.h"
 
@@ -135,15 +141,90 @@ bool NeedsKernel(const ImageTransform& t) {
   return t.dtype != DType::kUInt8 || t.layout == Layout::kCHW;
 }
 
+enum class DecodeMode { kCpu, kGpu, kAuto };
+
+Result<DecodeMode> ParseDecode(const std::string& decode) {
+  if (decode == "cpu") return DecodeMode::kCpu;
+  if (decode == "gpu") return DecodeMode::kGpu;
+  if (decode == "auto") return DecodeMode::kAuto;
+  return Status::InvalidArgument("decode must be \"cpu\", \"gpu\" or \"auto\", not \"" + decode +
+                                 "\"");
+}
+
+// A JPEG a worker handed over: its bytes (copied), crop and flip.
+struct TakenImage {
+  bool present = false;
+  image::CropRect crop;
+  bool hflip = false;
+  std::vector<std::byte> bytes;  // reused from batch to batch
+};
+
+// The workers' side of the GPU decode: which samples go to the GPU, and
+// what they left for it, per batch buffer (keyed by the image field's slot
+// 0) and slot. Workers write distinct slots; the consumer collects a batch
+// only once its workers are done with it. The map's mutex guards only the
+// lookup; an entry's slots are stable once made.
+class GpuDeferral : public ImageDeferral {
+ public:
+  explicit GpuDeferral(uint64_t batch_size) : batch_size_(batch_size) {}
+
+  void set_fraction(double f) { fraction_.store(std::clamp(f, 0.0, 1.0)); }
+  double fraction() const { return fraction_.load(); }
+
+  // Spreads the GPU's share evenly over the batch (Bresenham), so that every
+  // worker's chunk holds some of each.
+  bool Wants(uint64_t slot) override {
+    const double f = fraction_.load();
+    if (f >= 1) return true;
+    if (f <= 0) return false;
+    return std::floor((slot + 1) * f) > std::floor(slot * f);
+  }
+
+  void Take(const DeferredImage& image) override {
+    TakenImage& t = Slot(image.slot0, image.slot);
+    t.bytes.assign(image.encoded.begin(), image.encoded.end());
+    t.crop = image.crop;
+    t.hflip = image.hflip;
+    t.present = true;
+  }
+
+  void Forget(const std::byte* slot0, uint64_t slot) override {
+    std::vector<TakenImage>* entry = Find(slot0);
+    if (entry != nullptr && slot < entry->size()) (*entry)[slot].present = false;
+  }
+
+  // The batch buffer's entries (nullptr if none was ever taken there).
+  std::vector<TakenImage>* Find(const std::byte* slot0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(slot0);
+    return it == entries_.end() ? nullptr : it->second.get();
+  }
+
+ private:
+  TakenImage& Slot(const std::byte* slot0, uint64_t slot) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& entry = entries_[slot0];
+    if (entry == nullptr) entry = std::make_unique<std::vector<TakenImage>>(batch_size_);
+    return (*entry)[slot];
+  }
+
+  const uint64_t batch_size_;
+  std::atomic<double> fraction_{1.0};
+  std::mutex mu_;
+  std::map<const std::byte*, std::unique_ptr<std::vector<TakenImage>>> entries_;
+};
+
 }  // namespace
 
 class DeviceLoader::Impl {
  public:
-  Impl(std::shared_ptr<device::Gpu> gpu, int prefetch)
-      : gpu_(std::move(gpu)), prefetch_(prefetch) {}
+  Impl(std::shared_ptr<device::Gpu> gpu, int prefetch, DecodeMode mode)
+      : gpu_(std::move(gpu)), prefetch_(prefetch), mode_(mode) {}
 
   ~Impl() {
     DropInFlight();
+    host_.reset();  // the workers stop before the deferral and decoder go
+    decoder_.reset();
     if (copy_stream_ != nullptr) gpu_->DestroyStream(copy_stream_);
   }
 
@@ -169,6 +250,7 @@ class DeviceLoader::Impl {
       host.fields.push_back(f);
     }
     dataset.reset();
+    SATURATE_RETURN_IF_ERROR(OpenDecoder(options.batch_size, &host));
     host.allocator = std::make_shared<PinnedAllocator>(gpu_);
     // The stage holds `prefetch_` batches in flight and up to two whose copy may still run.
     host.max_held_batches = prefetch_ + 2;
@@ -242,6 +324,15 @@ class DeviceLoader::Impl {
     s.h2d_bytes = h2d_bytes_.load();
     s.h2d_batches = h2d_batches_.load();
     s.device_buffers = pool_->allocated();
+    std::lock_guard<std::mutex> lock(decode_mu_);
+    s.decode = mode_ == DecodeMode::kGpu ? "gpu" : mode_ == DecodeMode::kAuto ? "auto" : "cpu";
+    s.decode_backend = decode_backend_;
+    s.gpu_decoded = gpu_decoded_;
+    s.gpu_decode_ns = gpu_decode_ns_;
+    s.gpu_decode_fallbacks = gpu_fallbacks_;
+    s.gpu_decode_fraction = deferral_ != nullptr ? deferral_->fraction() : 0.0;
+    s.cpu_decode_images_per_s_per_thread = split_.cpu_images_per_s_per_thread();
+    s.gpu_decode_images_per_s = split_.gpu_images_per_s();
     return s;
   }
 
@@ -305,12 +396,14 @@ class DeviceLoader::Impl {
       offset += AlignUp(t.bytes());
       h2d_bytes_.fetch_add(t.bytes());
       if (const ImageOnDevice* image = FindImage(t.name)) {
+        if (deferral_ != nullptr) SATURATE_RETURN_IF_ERROR(DecodeOnGpu(*e, t, d.data));
         SATURATE_RETURN_IF_ERROR(ConvertImage(*image, t, base, &offset, &d));
       }
       tensors.push_back(std::move(d));
     }
     SATURATE_RETURN_IF_ERROR(gpu.Record(buffer.ready, copy_stream_));
     h2d_batches_.fetch_add(1);
+    if (mode_ == DecodeMode::kAuto && deferral_ != nullptr) UpdateSplit();
     e->batch.epoch_ = e->host.epoch();
     e->batch.index_ = e->host.index();
     e->batch.size_ = e->host.size();
@@ -346,6 +439,101 @@ class DeviceLoader::Impl {
     return gpu_->ConvertPixels(spec, staged, d->data, copy_stream_);
   }
 
+  // Opens the GPU decoder for "gpu"/"auto" and hands the host loader the
+  // deferral through which its workers pass JPEGs on.
+  Status OpenDecoder(uint64_t batch_size, LoaderOptions* host) {
+    decode_backend_ = "libjpeg-turbo (cpu)";
+    if (mode_ == DecodeMode::kCpu || images_.empty()) return Status::OK();
+    auto decoder = gpu_->OpenJpegDecoder();
+    if (!decoder.ok()) {
+      if (mode_ == DecodeMode::kGpu) {
+        return decoder.status().WithContext("decode=\"gpu\"");
+      }
+      decode_backend_ =
+          "libjpeg-turbo (cpu); GPU decode unavailable: " + decoder.status().message();
+      return Status::OK();
+    }
+    decoder_ = std::move(*decoder);
+    decode_backend_ = decoder_->backend();
+    deferral_ = std::make_shared<GpuDeferral>(batch_size);
+    deferral_->set_fraction(mode_ == DecodeMode::kGpu ? 1.0 : split_.gpu_fraction());
+    host->image_deferral = deferral_;
+    return Status::OK();
+  }
+
+  // Decodes the JPEGs the workers left for the GPU in host image tensor `t`
+  // into `dst` (its copy on the device, already enqueued on the copy
+  // stream); those nvJPEG refuses are decoded on the CPU and copied.
+  Status DecodeOnGpu(const InFlight& e, const TensorView& t, void* dst) {
+    std::vector<TakenImage>* taken = deferral_->Find(static_cast<const std::byte*>(t.data));
+    if (taken == nullptr) return Status::OK();
+    const int height = static_cast<int>(t.shape[1]);
+    const int width = static_cast<int>(t.shape[2]);
+    const size_t sample_bytes = size_t(height) * width * 3;
+    const std::vector<uint32_t>& kept = e.host.source_slots_;
+    const uint64_t size = e.host.size();
+    jobs_.clear();
+    job_rows_.clear();
+    for (uint64_t slot = 0; slot < taken->size(); ++slot) {
+      TakenImage& img = (*taken)[slot];
+      if (!img.present) continue;
+      img.present = false;
+      uint64_t row = slot;
+      if (!kept.empty()) {  // samples were skipped: where this one moved to
+        auto it = std::lower_bound(kept.begin(), kept.end(), slot);
+        if (it == kept.end() || *it != slot) continue;
+        row = static_cast<uint64_t>(it - kept.begin());
+      }
+      if (row >= size) continue;
+      device::JpegJob job;
+      job.encoded = img.bytes;
+      job.crop = img.crop;
+      job.hflip = img.hflip;
+      job.dst = static_cast<std::byte*>(dst) + row * sample_bytes;
+      jobs_.push_back(job);
+      job_rows_.push_back(row);
+    }
+    if (jobs_.empty()) return Status::OK();
+    const auto t0 = std::chrono::steady_clock::now();
+    SATURATE_RETURN_IF_ERROR(decoder_->Decode(jobs_, width, height, copy_stream_, &failed_));
+    const uint64_t ns = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
+    uint64_t fallbacks = 0;
+    for (size_t k = 0; k < jobs_.size(); ++k) {
+      if (!failed_[k]) continue;
+      // nvJPEG refused it: the CPU path's decode into the pinned slot, then its copy.
+      ++fallbacks;
+      auto* host_slot = static_cast<uint8_t*>(t.data) + job_rows_[k] * sample_bytes;
+      Status s = image::DecodeCropResize(jobs_[k].encoded, jobs_[k].crop, width, height,
+                                         jobs_[k].hflip, host_slot, &cpu_scratch_);
+      if (!s.ok()) return s.WithContext("field '" + t.name + "': decode (GPU stage)");
+      SATURATE_RETURN_IF_ERROR(
+          gpu_->CopyToDevice(jobs_[k].dst, host_slot, sample_bytes, copy_stream_));
+    }
+    std::lock_guard<std::mutex> lock(decode_mu_);
+    gpu_decoded_ += jobs_.size() - fallbacks;
+    gpu_fallbacks_ += fallbacks;
+    gpu_decode_ns_ += ns;
+    return Status::OK();
+  }
+
+  // decode="auto": feeds the last batch's rates to the split controller.
+  void UpdateSplit() {
+    const LoaderStats h = host_->stats();
+    std::lock_guard<std::mutex> lock(decode_mu_);
+    const uint64_t gpu_images = gpu_decoded_ - split_gpu_images_;
+    const uint64_t all_images = h.samples - split_samples_;
+    const uint64_t cpu_images = all_images > gpu_images ? all_images - gpu_images : 0;
+    split_.Observe(cpu_images, h.decode_ns - split_decode_ns_, h.threads, gpu_images,
+                   gpu_decode_ns_ - split_gpu_ns_);
+    split_samples_ = h.samples;
+    split_decode_ns_ = h.decode_ns;
+    split_gpu_images_ = gpu_decoded_;
+    split_gpu_ns_ = gpu_decode_ns_;
+    deferral_->set_fraction(split_.gpu_fraction());
+  }
+
   const ImageOnDevice* FindImage(const std::string& name) const {
     for (const ImageOnDevice& image : images_) {
       if (image.field == name) return &image;
@@ -378,7 +566,20 @@ class DeviceLoader::Impl {
 
   std::shared_ptr<device::Gpu> gpu_;
   const int prefetch_;
+  const DecodeMode mode_;
   std::vector<ImageOnDevice> images_;
+  // GPU decode (null with decode="cpu" or where nvJPEG is unavailable).
+  std::shared_ptr<GpuDeferral> deferral_;
+  std::unique_ptr<device::JpegDecoder> decoder_;
+  std::vector<device::JpegJob> jobs_;  // consumer thread's, reused
+  std::vector<uint64_t> job_rows_;
+  std::vector<uint8_t> failed_;
+  image::DecodeScratch cpu_scratch_;  // for images nvJPEG refuses
+  mutable std::mutex decode_mu_;      // guards the counters and split_ below
+  std::string decode_backend_;
+  DecodeSplit split_;
+  uint64_t gpu_decoded_ = 0, gpu_decode_ns_ = 0, gpu_fallbacks_ = 0;
+  uint64_t split_samples_ = 0, split_decode_ns_ = 0, split_gpu_images_ = 0, split_gpu_ns_ = 0;
   std::unique_ptr<Loader> host_;
   std::shared_ptr<DevicePool> pool_;
   device::Stream copy_stream_ = nullptr;
@@ -394,13 +595,16 @@ class DeviceLoader::Impl {
 Result<std::unique_ptr<DeviceLoader>> DeviceLoader::Open(const LoaderOptions& options,
                                                          const DeviceOptions& device) {
   SATURATE_ASSIGN_OR_RETURN(int index, device::ParseCudaDevice(device.device));
+  SATURATE_RETURN_IF_ERROR(ParseDecode(device.decode).status());
   SATURATE_ASSIGN_OR_RETURN(std::shared_ptr<device::Gpu> gpu, device::OpenCudaGpu(index));
-  return Open(options, device.prefetch, std::move(gpu));
+  return Open(options, device.prefetch, std::move(gpu), device.decode);
 }
 
 Result<std::unique_ptr<DeviceLoader>> DeviceLoader::Open(const LoaderOptions& options, int prefetch,
-                                                         std::shared_ptr<device::Gpu> gpu) {
-  auto impl = std::make_unique<Impl>(std::move(gpu), prefetch);
+                                                         std::shared_ptr<device::Gpu> gpu,
+                                                         const std::string& decode) {
+  SATURATE_ASSIGN_OR_RETURN(DecodeMode mode, ParseDecode(decode));
+  auto impl = std::make_unique<Impl>(std::move(gpu), prefetch, mode);
   SATURATE_RETURN_IF_ERROR(impl->Init(options));
   return std::unique_ptr<DeviceLoader>(new DeviceLoader(std::move(impl)));
 }

@@ -14,7 +14,9 @@
 #include "base/testing.h"
 #include "device/testing/fake_gpu.h"
 #include "feed/testing/datasets.h"
+#include "feed/testing/photo_dataset.h"
 #include "saturate/device/device.h"
+#include "saturate/format/writer.h"
 
 namespace saturate::feed {
 namespace {
@@ -291,6 +293,113 @@ TEST_F(DeviceLoaderTest, CudaWithoutAGpuIsUnavailableAndSaysWhy) {
   EXPECT_EQ(loader.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(loader.status().message().find("cuda:0"), std::string::npos)
       << loader.status().ToString();
+}
+
+// Every batch of the epoch from a DeviceLoader on `gpu` with `decode`.
+std::vector<std::vector<Copied>> DeviceBatches(const LoaderOptions& options,
+                                               std::shared_ptr<FakeGpu> gpu,
+                                               const std::string& decode, LoaderStats* stats) {
+  auto consumer = gpu->CreateStream();
+  EXPECT_TRUE(consumer.ok());
+  auto loader = DeviceLoader::Open(options, kPrefetch, gpu, decode);
+  EXPECT_TRUE(loader.ok()) << loader.status().ToString();
+  std::vector<std::vector<Copied>> out;
+  if (!loader.ok()) return out;
+  (*loader)->set_stream(*consumer);
+  while (true) {
+    auto next = (*loader)->Next();
+    EXPECT_TRUE(next.ok()) << next.status().ToString();
+    if (!next.ok() || !next->has_value()) break;
+    out.push_back(ReadOnStream(gpu.get(), *consumer, **next));
+  }
+  *stats = (*loader)->stats();
+  loader->reset();
+  gpu->DestroyStream(*consumer);
+  return out;
+}
+
+// The GPU decode's bookkeeping on FakeGpu, whose "GPU decoder" runs the CPU
+// path's DecodeCropResize: handing JPEGs over (crop and flip drawn by the
+// worker) must then give the CPU path's bytes exactly.
+TEST_F(DeviceLoaderTest, GpuDecodeHandsOverTheSameSamplesCropsAndFlips) {
+  saturate::testing::TempDir photos;
+  SATURATE_ASSERT_OK(saturate::testing::WritePhotoDataset(photos.path(), 19));
+  for (DType dtype : {DType::kUInt8, DType::kFloat32}) {
+    ImageTransform image;
+    image.dtype = dtype;
+    image.normalize = dtype != DType::kUInt8;
+    const LoaderOptions options = Options(photos.path(), image);
+    const auto expected = CpuBatches(options);
+    for (const char* decode : {"gpu", "auto"}) {
+      SCOPED_TRACE(std::string(decode) + " " + std::string(format::DTypeName(dtype)));
+      auto gpu = std::make_shared<FakeGpu>(100us);
+      gpu->set_jpeg_decoder(true);
+      LoaderStats stats;
+      EXPECT_EQ(DeviceBatches(options, gpu, decode, &stats), expected);
+      EXPECT_EQ(stats.decode, decode);
+      EXPECT_GT(stats.gpu_decoded, 0u);
+      EXPECT_EQ(stats.gpu_decode_fallbacks, 0u);
+      if (std::string(decode) == "gpu") {
+        EXPECT_EQ(stats.gpu_decoded, 19u);
+        EXPECT_DOUBLE_EQ(stats.gpu_decode_fraction, 1.0);
+      } else {
+        EXPECT_LT(stats.gpu_decoded, 19u);
+        EXPECT_GT(stats.gpu_decode_fraction, 0.0);
+        EXPECT_LT(stats.gpu_decode_fraction, 1.0);
+      }
+    }
+  }
+}
+
+// Skipped samples compact the batch: GPU-decoded ones must land in their
+// compacted rows. Records 2 and 9 are not images (skipped with skip_bad).
+TEST_F(DeviceLoaderTest, GpuDecodeFollowsSkippedSamples) {
+  saturate::testing::TempDir dir;
+  {
+    format::Schema schema{{format::FieldSpec{"image", format::FieldKind::kImage},
+                           format::FieldSpec{"label", format::FieldKind::kInt64}}};
+    auto w = format::DatasetWriter::Create(dir.path(), schema);
+    ASSERT_TRUE(w.ok());
+    for (int64_t i = 0; i < 14; ++i) {
+      auto rgb = saturate::testing::PhotoLikeRgb(120 + 8 * i, 96, i);
+      auto jpeg = image::EncodeJpeg(rgb.data(), 120 + 8 * i, 96, 85);
+      ASSERT_TRUE(jpeg.ok());
+      std::vector<std::byte> junk(64, std::byte{7});
+      std::span<const std::byte> img =
+          (i == 2 || i == 9) ? std::span<const std::byte>(junk) : std::span<const std::byte>(*jpeg);
+      std::vector<std::span<const std::byte>> f{img, format::AsBytes(i)};
+      SATURATE_ASSERT_OK((*w)->Append(f));
+    }
+    SATURATE_ASSERT_OK((*w)->Finish());
+  }
+  LoaderOptions options = Options(dir.path(), ImageTransform{});
+  options.skip_bad = true;
+  options.shuffle = false;
+  const auto expected = CpuBatches(options);
+  auto gpu = std::make_shared<FakeGpu>();
+  gpu->set_jpeg_decoder(true);
+  LoaderStats stats;
+  EXPECT_EQ(DeviceBatches(options, gpu, "gpu", &stats), expected);
+  EXPECT_EQ(stats.gpu_decoded, 12u);
+  EXPECT_GE(stats.skipped, 2u);  // the workers may have read into the next epoch too
+}
+
+TEST_F(DeviceLoaderTest, GpuDecodeWithoutADecoderIsUnavailableAndAutoFallsBack) {
+  const LoaderOptions options = Options(dir_, ImageTransform{});
+  auto loader = DeviceLoader::Open(options, kPrefetch, std::make_shared<FakeGpu>(), "gpu");
+  ASSERT_FALSE(loader.ok());
+  EXPECT_EQ(loader.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(loader.status().message().find("decode=\"gpu\""), std::string::npos)
+      << loader.status().ToString();
+  EXPECT_EQ(
+      DeviceLoader::Open(options, kPrefetch, std::make_shared<FakeGpu>(), "jpeg").status().code(),
+      StatusCode::kInvalidArgument);
+  const auto expected = CpuBatches(options);
+  LoaderStats stats;
+  EXPECT_EQ(DeviceBatches(options, std::make_shared<FakeGpu>(), "auto", &stats), expected);
+  EXPECT_EQ(stats.decode, "auto");
+  EXPECT_EQ(stats.gpu_decoded, 0u);
+  EXPECT_NE(stats.decode_backend.find("unavailable"), std::string::npos) << stats.decode_backend;
 }
 
 }  // namespace

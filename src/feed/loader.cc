@@ -276,6 +276,11 @@ class Loader::Impl {
 
     if (!error.ok()) return error;
     batch.tensors_ = plan_.Finish(buffer->data(), finish_valid_, count, &batch.size_);
+    if (batch.size_ != count && options_.image_deferral != nullptr) {
+      for (uint64_t s = 0; s < count; ++s) {
+        if (finish_valid_[s]) batch.source_slots_.push_back(static_cast<uint32_t>(s));
+      }
+    }
     batch.owner_ = std::move(buffer);
     return std::optional<Batch>(std::move(batch));
   }
@@ -769,6 +774,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   SATURATE_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(so));
   SATURATE_ASSIGN_OR_RETURN(
       SamplePlan plan, SamplePlan::Create(dataset->schema(), options.fields, options.batch_size));
+  plan.set_image_deferral(options.image_deferral);
   auto impl =
       std::make_unique<Impl>(options, std::move(dataset), std::move(sampler), std::move(plan));
   SATURATE_RETURN_IF_ERROR(impl->Start());

@@ -5,6 +5,8 @@
 
 #include "feed/array_convert.h"
 #include "feed/random.h"
+#include "image/codec.h"
+#include "image/crop_plan.h"
 
 namespace saturate::feed {
 namespace {
@@ -167,8 +169,8 @@ Result<SamplePlan> SamplePlan::Create(const format::Schema& schema,
 }
 
 Status SamplePlan::WriteImage(const Output& out, std::span<const std::byte> bytes,
-                              uint64_t record_index, uint64_t seed, uint64_t epoch, std::byte* dst,
-                              SampleScratch* scratch, StageTimes* times) const {
+                              uint64_t record_index, uint64_t seed, uint64_t epoch, uint64_t slot,
+                              std::byte* dst, SampleScratch* scratch, StageTimes* times) const {
   const ImageTransform& t = out.options.image;
   // The crop is drawn once the decoder has read the image size: one stream
   // per (sample, field), crop first, then flip, as torchvision draws them.
@@ -188,6 +190,29 @@ Status SamplePlan::WriteImage(const Output& out, std::span<const std::byte> byte
       return crop;
     }
   } planner(&t, SampleRng(seed ^ (out.field * 0x9E3779B97F4A7C15ull), epoch, record_index));
+  // The GPU decode stage: same header read and crop draws as the decode's.
+  if (deferral_ != nullptr && image::SniffFormat(bytes) == image::ImageFormat::kJpeg &&
+      deferral_->Wants(slot)) {
+    auto info = image::ProbeImage(bytes);
+    if (info.ok() && (info->channels == 1 || info->channels == 3) &&
+        image::CheckSize(info->width, info->height).ok()) {
+      DeferredImage d;
+      d.slot0 = dst - slot * out.sample_bytes;
+      d.slot = slot;
+      d.encoded = bytes;
+      d.crop = planner.Plan(info->width, info->height, &d.hflip);
+      d.image_width = info->width;
+      d.image_height = info->height;
+      if (image::CropInside(d.crop, info->width, info->height)) {
+        deferral_->Take(d);
+        times->Lap(&times->decode_ns);
+        return Status::OK();
+      }
+      // Never reached for a valid plan; the CPU decode reports it. Redraw from the start.
+      planner.rng = SampleRng(seed ^ (out.field * 0x9E3779B97F4A7C15ull), epoch, record_index);
+    }
+  }
+  if (deferral_ != nullptr) deferral_->Forget(dst - slot * out.sample_bytes, slot);
   // uint8 output (either layout) is written by the resampler in place.
   const bool direct = t.dtype == DType::kUInt8;
   const size_t pixel_bytes = static_cast<size_t>(t.width) * t.height * 3;
@@ -214,7 +239,7 @@ Status SamplePlan::WriteSample(const format::Record& record, uint64_t record_ind
     std::span<const std::byte> src = record.field(out.field);
     switch (out.kind) {
       case Kind::kImage: {
-        Status s = WriteImage(out, src, record_index, seed, epoch, dst, scratch, times);
+        Status s = WriteImage(out, src, record_index, seed, epoch, slot, dst, scratch, times);
         if (!s.ok()) return s.WithContext("field '" + out.name + "': decode");
         break;
       }

@@ -13,9 +13,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "feed/image_deferral.h"
 #include "image/transform.h"
 #include "saturate/feed/loader.h"
 #include "saturate/format/reader.h"
@@ -78,6 +80,11 @@ class SamplePlan {
   static Result<SamplePlan> Create(const format::Schema& schema,
                                    const std::vector<FieldOptions>& options, uint64_t batch_size);
 
+  // JPEG images the deferral wants are handed to it instead of decoded.
+  void set_image_deferral(std::shared_ptr<ImageDeferral> deferral) {
+    deferral_ = std::move(deferral);
+  }
+
   uint64_t batch_bytes() const { return batch_bytes_; }
   // Every output is a fixed-size array or a scalar: no decode, no padding,
   // so a chunk of records can be written by WriteFixedSamples.
@@ -102,8 +109,8 @@ class SamplePlan {
 
  private:
   Status WriteImage(const Output& out, std::span<const std::byte> bytes, uint64_t record_index,
-                    uint64_t seed, uint64_t epoch, std::byte* dst, SampleScratch* scratch,
-                    StageTimes* times) const;
+                    uint64_t seed, uint64_t epoch, uint64_t slot, std::byte* dst,
+                    SampleScratch* scratch, StageTimes* times) const;
 
   static void WriteArray(const Output& out, std::span<const std::byte> src, std::byte* dst);
 
@@ -111,6 +118,7 @@ class SamplePlan {
   uint64_t batch_size_ = 0;
   uint64_t batch_bytes_ = 0;
   bool fixed_size_ = false;
+  std::shared_ptr<ImageDeferral> deferral_;
 };
 
 }  // namespace saturate::feed

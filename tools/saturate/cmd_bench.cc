@@ -30,6 +30,7 @@ struct FeedFlags {
   bool skip_bad = false;
   std::vector<std::string> transforms;
   std::string device = "cpu";
+  std::string decode = "cpu";
   bool digest = false;
   bool json = false;
   remote::RemoteOptions remote;
@@ -91,14 +92,18 @@ Result<feed::LoaderOptions> MakeOptions(const FeedFlags& f) {
 Result<std::unique_ptr<feed::BatchSource>> OpenSource(const FeedFlags& f) {
   SATURATE_ASSIGN_OR_RETURN(feed::LoaderOptions options, MakeOptions(f));
   if (f.device == "cpu") {
+    if (f.decode == "gpu") {
+      return Status::InvalidArgument("--decode gpu needs --device cuda (or cuda:N)");
+    }
     SATURATE_ASSIGN_OR_RETURN(std::unique_ptr<feed::Loader> loader, feed::Loader::Open(options));
     return std::unique_ptr<feed::BatchSource>(std::move(loader));
   }
   if (f.digest) {
     return Status::InvalidArgument("--digest hashes host memory; use it with --device cpu");
   }
-  SATURATE_ASSIGN_OR_RETURN(std::unique_ptr<feed::DeviceLoader> loader,
-                            feed::DeviceLoader::Open(options, {.device = f.device}));
+  SATURATE_ASSIGN_OR_RETURN(
+      std::unique_ptr<feed::DeviceLoader> loader,
+      feed::DeviceLoader::Open(options, {.device = f.device, .decode = f.decode}));
   return std::unique_ptr<feed::BatchSource>(std::move(loader));
 }
 
@@ -142,7 +147,14 @@ int RunFeed(const FeedFlags& f) {
         {"cpu_cores_used", cpu_cores},
         {"skipped", end.skipped},
         {"device", f.device},
-        {"h2d_bytes", end.h2d_bytes - at_start.h2d_bytes}};
+        {"h2d_bytes", end.h2d_bytes - at_start.h2d_bytes},
+        {"decode", end.decode.empty() ? std::string("cpu") : end.decode},
+        {"decode_backend", end.decode_backend},
+        {"gpu_decoded", end.gpu_decoded - at_start.gpu_decoded},
+        {"gpu_decode_fallbacks", end.gpu_decode_fallbacks - at_start.gpu_decode_fallbacks},
+        {"gpu_decode_fraction", end.gpu_decode_fraction},
+        {"cpu_decode_images_per_s_per_thread", end.cpu_decode_images_per_s_per_thread},
+        {"gpu_decode_images_per_s", end.gpu_decode_images_per_s}};
     if (f.digest) j["digest"] = digest.Hex();
     if (end.remote.requests > 0) {
       const remote::RemoteStats& r = end.remote;
@@ -171,6 +183,20 @@ int RunFeed(const FeedFlags& f) {
               cpu_cores);
   if (end.skipped)
     std::printf("skipped %llu bad samples\n", static_cast<unsigned long long>(end.skipped));
+  if (!end.decode.empty() && end.decode != "cpu") {
+    std::printf(
+        "decode %s (%s): %llu images on the GPU (%llu refused, decoded on the CPU), "
+        "GPU share %.0f%%",
+        end.decode.c_str(), end.decode_backend.c_str(),
+        static_cast<unsigned long long>(end.gpu_decoded - at_start.gpu_decoded),
+        static_cast<unsigned long long>(end.gpu_decode_fallbacks - at_start.gpu_decode_fallbacks),
+        100.0 * end.gpu_decode_fraction);
+    if (end.gpu_decode_images_per_s > 0) {
+      std::printf("; rates: GPU %.0f images/s, CPU %.0f images/s per thread",
+                  end.gpu_decode_images_per_s, end.cpu_decode_images_per_s_per_thread);
+    }
+    std::printf("\n");
+  }
   if (f.digest) std::printf("output digest (XXH3-64 of every batch): %s\n", digest.Hex().c_str());
   if (end.remote.requests > 0) {
     const remote::RemoteStats& r = end.remote;
@@ -221,6 +247,11 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   cmd->add_option("--device", f->device,
                   "cpu, or cuda / cuda:N to copy batches to that GPU (pinned buffers, side "
                   "stream, conversion in kernels)")
+      ->capture_default_str();
+  cmd->add_option("--decode", f->decode,
+                  "Where JPEGs are decoded with --device cuda: cpu, gpu (nvJPEG; needs "
+                  "libnvjpeg.so.13) or auto (split by measured rates)")
+      ->check(CLI::IsMember({"cpu", "gpu", "auto"}))
       ->capture_default_str();
   cmd->add_flag("--digest", f->digest,
                 "Print an XXH3-64 digest of all output bytes (same options, same digest: "

@@ -7,6 +7,16 @@
 //     -> Next(): the consumer's stream waits on the event; the batch is returned
 //
 // The PCIe bus carries uint8 pixels and the CPU only decodes and crops.
+//
+// GPU JPEG decode (decode="gpu" or "auto", docs/gpu.md): workers still read
+// records and draw each crop and flip on the CPU (the same draws as the CPU
+// path, so samples, labels and crops are identical), but hand a JPEG's bytes
+// to the device stage instead of decoding it; the stage decodes them with
+// nvJPEG (the hardware engine where present) and a crop-resize-flip kernel
+// writes each into its device batch slot before the conversion kernels run.
+// "gpu" sends every JPEG there; "auto" a fraction chosen from the measured
+// CPU and GPU decode rates (DecodeSplit), shown in stats(). An image nvJPEG
+// refuses is decoded on the CPU instead; PNGs and CMYK JPEGs always are.
 // Copies of `prefetch` batches are issued ahead of the consumer, so they
 // overlap its compute; the consumer's CPU thread never waits for a copy
 // unless the pipeline is empty.
@@ -50,6 +60,10 @@ namespace saturate::feed {
 struct DeviceOptions {
   std::string device = "cuda";  // "cuda" or "cuda:N"
   int prefetch = 2;             // batches copied to the device ahead of the consumer
+  // Where JPEGs are decoded: "cpu" (the loader's threads), "gpu" (nvJPEG;
+  // Unavailable, naming the library, where it cannot be loaded) or "auto"
+  // (split by measured rates; the CPU alone where nvJPEG is unavailable).
+  std::string decode = "cpu";
 };
 
 class DeviceLoader : public BatchSource {
@@ -60,7 +74,8 @@ class DeviceLoader : public BatchSource {
                                                     const DeviceOptions& device);
   // The same on a given Gpu (tests pass a FakeGpu).
   static Result<std::unique_ptr<DeviceLoader>> Open(const LoaderOptions& options, int prefetch,
-                                                    std::shared_ptr<device::Gpu> gpu);
+                                                    std::shared_ptr<device::Gpu> gpu,
+                                                    const std::string& decode = "cpu");
   ~DeviceLoader() override;  // waits for copies in flight; never hangs
   DeviceLoader(const DeviceLoader&) = delete;
   DeviceLoader& operator=(const DeviceLoader&) = delete;
@@ -78,7 +93,8 @@ class DeviceLoader : public BatchSource {
   Status SetEpoch(uint64_t epoch) override;
   LoaderState state() const override;
   Status Restore(const LoaderState& state) override;
-  // The host loader's counters plus h2d_bytes, h2d_batches, device_buffers.
+  // The host loader's counters plus h2d_bytes, h2d_batches, device_buffers
+  // and the GPU decode's (decode, gpu_decoded, gpu_decode_fraction, ...).
   LoaderStats stats() const override;
 
   // The host-side loader (batches_per_epoch, rank, schema, ...).

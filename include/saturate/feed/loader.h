@@ -49,6 +49,8 @@ namespace saturate::feed {
 
 using format::DType;
 
+class ImageDeferral;  // src/feed/image_deferral.h: the GPU decode stage's hook
+
 // Where batch buffers come from. The default is 64-byte-aligned host memory;
 // the CUDA path hands in pinned memory.
 class BatchAllocator {
@@ -150,6 +152,9 @@ struct LoaderOptions {
   // s3:// and http(s):// datasets: endpoint, cache directory and budget,
   // read-ahead window and concurrent requests (docs/remote.md).
   remote::RemoteOptions remote;
+  // Internal (DeviceLoader's GPU decode): JPEG samples it wants are handed to
+  // it, crop and flip drawn, instead of being decoded by the workers.
+  std::shared_ptr<ImageDeferral> image_deferral;
 };
 
 // A view of one output tensor inside a batch buffer.
@@ -176,6 +181,9 @@ class Batch {
   friend class Loader;
   friend class DeviceLoader;
   uint64_t epoch_ = 0, index_ = 0, size_ = 0;
+  // When samples were skipped: the slot each kept sample was written in
+  // (empty when none was; for DeviceLoader's GPU decode).
+  std::vector<uint32_t> source_slots_;
   std::vector<TensorView> tensors_;
   std::shared_ptr<void> owner_;  // the pooled buffer; back to its pool when the last copy dies
 };
@@ -216,6 +224,19 @@ struct LoaderStats {
   uint64_t h2d_bytes = 0;
   uint64_t h2d_batches = 0;
   uint64_t device_buffers = 0;
+  // DeviceLoader's JPEG decode: the mode in use ("cpu", "gpu", "auto") and
+  // nvJPEG's backend (or why it is unavailable); images decoded on the GPU,
+  // the wall time of those decodes, images it refused (decoded on the CPU
+  // instead), and the fraction of JPEGs sent to the GPU now (auto: the split
+  // controller's; 1 for "gpu", 0 for "cpu") with the rates it was chosen from.
+  std::string decode;
+  std::string decode_backend;
+  uint64_t gpu_decoded = 0;
+  uint64_t gpu_decode_ns = 0;
+  uint64_t gpu_decode_fallbacks = 0;
+  double gpu_decode_fraction = 0;
+  double cpu_decode_images_per_s_per_thread = 0;
+  double gpu_decode_images_per_s = 0;
   int threads = 0;  // current values (the autotuner may change them)
   int prefetch = 0;
   std::string autotune_reason;  // why the autotuner last changed them, if it did

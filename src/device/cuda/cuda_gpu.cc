@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "device/cuda/nvjpeg_decoder.h"
 #include "device/cuda/pixel_kernels.h"
 #include "saturate/device/device.h"
 
@@ -154,6 +155,10 @@ class CudaGpu : public Gpu {
     if (err == cudaErrorNotReady) return false;
     SATURATE_RETURN_IF_ERROR(Check(err, "cudaEventQuery", index_));
     return true;
+  }
+
+  Result<std::unique_ptr<JpegDecoder>> OpenJpegDecoder() override {
+    return OpenNvJpegDecoder(index_);
   }
 
   Status Synchronize(Event event) override {

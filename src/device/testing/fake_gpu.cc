@@ -6,6 +6,7 @@
 #include <deque>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace saturate::testing {
 
@@ -191,6 +192,43 @@ Status FakeGpu::Synchronize(Event event) {
   }
   e->WaitFor(generation);
   return Status::OK();
+}
+
+namespace {
+
+// DecodeCropResize on the stream's thread; a job that fails is reported as
+// failed, as nvJPEG's would be.
+class FakeJpegDecoder : public device::JpegDecoder {
+ public:
+  explicit FakeJpegDecoder(FakeGpu* gpu) : gpu_(gpu) {}
+  std::string backend() const override { return "fake (CPU decode on the stream)"; }
+  Status Decode(std::span<const device::JpegJob> jobs, int out_width, int out_height, Stream stream,
+                std::vector<uint8_t>* failed) override {
+    failed->assign(jobs.size(), 0);
+    std::vector<device::JpegJob> copy(jobs.begin(), jobs.end());
+    std::vector<uint8_t>* out = failed;
+    gpu_->Enqueue(stream, [this, copy, out_width, out_height, out] {
+      for (size_t k = 0; k < copy.size(); ++k) {
+        const device::JpegJob& j = copy[k];
+        Status s = image::DecodeCropResize(j.encoded, j.crop, out_width, out_height, j.hflip,
+                                           static_cast<uint8_t*>(j.dst), &scratch_);
+        if (!s.ok()) (*out)[k] = 1;
+      }
+    });
+    gpu_->Drain(stream);
+    return Status::OK();
+  }
+
+ private:
+  FakeGpu* gpu_;
+  image::DecodeScratch scratch_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<device::JpegDecoder>> FakeGpu::OpenJpegDecoder() {
+  if (!jpeg_decoder_) return Status::Unavailable("FakeGpu: no JPEG decoder (set_jpeg_decoder)");
+  return std::unique_ptr<device::JpegDecoder>(std::make_unique<FakeJpegDecoder>(this));
 }
 
 void FakeGpu::Enqueue(Stream stream, std::function<void()> fn) {

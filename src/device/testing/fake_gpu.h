@@ -6,7 +6,10 @@
 // them has run, and StreamWait() holds a stream until an event passes. With
 // `copy_delay` every copy sleeps first, so a consumer that reads a batch
 // before its copy has finished sees stale bytes and a test catches it.
-// Conversions run image::ConvertPixels, the CPU path's own code.
+// Conversions run image::ConvertPixels, the CPU path's own code. With
+// set_jpeg_decoder(true), OpenJpegDecoder() gives a decoder that runs the
+// CPU path's DecodeCropResize on the stream (same bytes as the CPU path), so
+// the GPU decode stage's bookkeeping is tested without a GPU.
 //
 // Thread-safety: as Gpu; counters() may be read from any thread.
 #ifndef SATURATE_DEVICE_TESTING_FAKE_GPU_H_
@@ -56,6 +59,10 @@ class FakeGpu : public device::Gpu {
   Status StreamWait(Stream stream, Event event) override;
   Result<bool> Done(Event event) override;
   Status Synchronize(Event event) override;
+  Result<std::unique_ptr<device::JpegDecoder>> OpenJpegDecoder() override;
+
+  // Whether OpenJpegDecoder() gives a decoder (else Unavailable, as without nvJPEG).
+  void set_jpeg_decoder(bool enabled) { jpeg_decoder_ = enabled; }
 
   // Enqueues `fn` on `stream`, as a kernel of the consumer's would be.
   void Enqueue(Stream stream, std::function<void()> fn);
@@ -71,6 +78,7 @@ class FakeGpu : public device::Gpu {
   void Release(void* ptr, std::unordered_set<void*>* live);
 
   const std::chrono::microseconds copy_delay_;
+  bool jpeg_decoder_ = false;
   std::unique_ptr<FakeStream> default_stream_;
   mutable std::mutex mu_;
   Counters counters_;
