@@ -211,6 +211,15 @@ struct Features {
   std::vector<std::string> throttle_reasons;  // the power/thermal reasons seen
   std::optional<double> throttle_clock_loss_pct;  // mean SM clock deficit while throttled,
                                                   // against the highest clock seen
+  // GPM activity counters (Hopper and later) over the steady state: the
+  // training window's samples of busy GPUs (util >= 10%) that have them.
+  // Means; empty without GPM.
+  int64_t gpm_samples = 0;
+  std::optional<double> gpm_util_pct;  // utilization over those same samples
+  std::optional<double> gpm_sm_active_pct;
+  std::optional<double> gpm_sm_occupancy_pct;
+  std::optional<double> gpm_tensor_active_pct;
+  std::optional<double> gpm_dram_active_pct;
 
   // The training process's loader (its last counters record).
   std::optional<int64_t> loader_batch_size;

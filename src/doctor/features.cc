@@ -697,6 +697,37 @@ void GpuFeatures(const Run& run, const Training& t, Features* f) {
   f->idle_period_s = Period(interior_starts_s);
 }
 
+// GPM activity counters over the steady state: the training window's samples
+// of busy GPUs that have them, with the utilization of those same samples
+// (the rules compare the two).
+void GpmFeatures(const Run& run, const Training& t, Features* f) {
+  double util = 0, sm = 0, occupancy = 0, tensor = 0, dram = 0;
+  int64_t n = 0, occupancy_n = 0, tensor_n = 0, dram_n = 0;
+  for (const SamplePoint* s : WindowSamples(run, t.window)) {
+    for (const GpuPoint& g : s->gpus) {
+      if (g.lost || !g.util_pct || *g.util_pct < kIdleUtilPct || !g.sm_active_pct) continue;
+      util += *g.util_pct;
+      sm += *g.sm_active_pct;
+      ++n;
+      auto add = [](const std::optional<double>& v, double* sum, int64_t* count) {
+        if (!v) return;
+        *sum += *v;
+        ++*count;
+      };
+      add(g.sm_occupancy_pct, &occupancy, &occupancy_n);
+      add(g.tensor_active_pct, &tensor, &tensor_n);
+      add(g.dram_active_pct, &dram, &dram_n);
+    }
+  }
+  f->gpm_samples = n;
+  if (n == 0) return;
+  f->gpm_util_pct = util / double(n);
+  f->gpm_sm_active_pct = sm / double(n);
+  if (occupancy_n > 0) f->gpm_sm_occupancy_pct = occupancy / double(occupancy_n);
+  if (tensor_n > 0) f->gpm_tensor_active_pct = tensor / double(tensor_n);
+  if (dram_n > 0) f->gpm_dram_active_pct = dram / double(dram_n);
+}
+
 // The torch DataLoader the training thread waited on most, as the
 // auto-instrumentation saw it: its configuration, and the CPU cost per sample
 // of its fetches (in the training process when num_workers=0, else in the
@@ -960,6 +991,7 @@ Features ComputeFeatures(const Run& run) {
   const Training training = FindTraining(run);
   f.active_s = f.duration_s;
   GpuFeatures(run, training, &f);
+  GpmFeatures(run, training, &f);
   StepFeatures(run, training, &f);
   CheckpointFeatures(run, training, &f);
   HostFeatures(run, training, &f);
@@ -1043,6 +1075,12 @@ nlohmann::json Features::ToJson() const {
   Put(j, "gpu_memory_used_max_pct", gpu_memory_used_max_pct);
   Put(j, "throttled_pct", throttled_pct);
   Put(j, "throttle_clock_loss_pct", throttle_clock_loss_pct);
+  if (gpm_samples > 0) j["gpm_samples"] = gpm_samples;
+  Put(j, "gpm_util_pct", gpm_util_pct);
+  Put(j, "gpm_sm_active_pct", gpm_sm_active_pct);
+  Put(j, "gpm_sm_occupancy_pct", gpm_sm_occupancy_pct);
+  Put(j, "gpm_tensor_active_pct", gpm_tensor_active_pct);
+  Put(j, "gpm_dram_active_pct", gpm_dram_active_pct);
   Put(j, "loader_batch_size", loader_batch_size);
   Put(j, "loader_threads", loader_threads);
   Put(j, "loader_prefetch", loader_prefetch);

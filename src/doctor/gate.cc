@@ -10,7 +10,8 @@ const std::vector<std::string>& CauseIds() {
   static const std::vector<std::string> ids = {
       "parallelism",      "input_pipeline",  "model_config", "memory",
       "communication",    "idle_allocation", "monitoring",   "host_to_device_copy",
-      "checkpoint_stall", "cpu_contention",  "io_bound",     "throttling"};
+      "checkpoint_stall", "cpu_contention",  "io_bound",     "throttling",
+      "launch_bound"};
   return ids;
 }
 

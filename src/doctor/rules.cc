@@ -40,6 +40,15 @@ constexpr double kIdleAllocationPct = 50;  // a GPU below 5% util for this share
 constexpr double kFp32AssumedGain = 0.3;   // conservative share of GPU time bf16 would save
 constexpr double kSyncsPerStep = 0.5;      // a CPU-run call site this frequent runs every step
 constexpr double kUnattributedPct = 15;    // step time in no phase worth a note
+// GPM activity counters (Hopper and later).
+constexpr int64_t kGpmMinSamples = 3;            // steady-state samples with counters
+constexpr double kLaunchBoundUtilPct = 90;       // "busy" by utilization ...
+constexpr double kLaunchBoundSmActivePct = 35;   // ... while the SMs mostly idle
+constexpr double kWellFedSmActivePct = 80;       // SM active of large kernels (a bf16 GEMM: ~95)
+constexpr double kSmallKernelRecoverable = 0.5;  // share of the SM idle time a fix recovers
+constexpr double kTensorIdlePct = 5;             // tensor pipes active below: not on tensor cores
+constexpr double kTensorBusyUtilPct = 80;        // ... on a GPU this busy
+constexpr double kTensorMathSmActivePct = 50;    // ... with the SMs working (not launch-bound)
 
 std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string Fmt(const char* fmt, ...) {
@@ -1196,12 +1205,113 @@ std::optional<Finding> ModelConfigRule(const Features& f, const AnalysisOptions&
   Finding x = Make(f, "model_config", "The model trains in fp32 where bf16 would do",
                    f.active_s * busy / 100 * kFp32AssumedGain, 0.4);
   Add(x, "precision_bits", double(*f.precision_bits), "bits", "from the \"model\" counter");
+  if (f.gpm_tensor_active_pct) {
+    Add(x, "tensor_active_pct", *f.gpm_tensor_active_pct, "%",
+        "tensor pipes active while busy (GPM, DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)");
+    if (*f.gpm_tensor_active_pct < kTensorIdlePct) x.confidence = 0.6;  // measured, not assumed
+  }
   x.fix =
       "Use mixed precision (torch.autocast with bfloat16) so matrix math runs on tensor "
       "cores; keep shapes multiples of 8 and use channels_last for convolutions. The time "
       "lost assumes a conservative 30% saving of GPU time.";
   x.fix_value = {{"precision_bits", 16}};
   PredictSaving(f, x, x.time_lost_s, "bf16 assumed to save 30% of the GPU's busy time", false);
+  return x;
+}
+
+// GPM: "busy" by utilization (some kernel runs all the time) while few SMs
+// work: kernels too small to fill the GPU, or too many launches between them.
+// Time lost: the share of the busy time the SMs idled beyond what large
+// kernels leave idle, half of it assumed recoverable.
+std::optional<Finding> LaunchBoundRule(const Features& f, const AnalysisOptions&) {
+  if (f.gpm_samples < kGpmMinSamples || !f.gpm_util_pct || !f.gpm_sm_active_pct) {
+    return std::nullopt;
+  }
+  const double util = *f.gpm_util_pct, sm = *f.gpm_sm_active_pct;
+  if (util < kLaunchBoundUtilPct || sm > kLaunchBoundSmActivePct) return std::nullopt;
+  const double busy_s = f.active_s * UsedGpuBusyPct(f).value_or(util) / 100;
+  const double idle_share = std::max(0.0, 1 - sm / kWellFedSmActivePct);
+  Finding x = Make(f, "launch_bound",
+                   Fmt("GPU busy %.0f%% of the time but only %.0f%% of its SMs active: small "
+                       "kernels or launch overhead",
+                       util, sm),
+                   busy_s * idle_share * kSmallKernelRecoverable, 0.5);
+  Add(x, "gpu_util_pct", util, "%", "GPU utilization over the samples with GPM counters");
+  Add(x, "sm_active_pct", sm, "%", "SMs with work assigned (GPM, DCGM_FI_PROF_SM_ACTIVE)");
+  if (f.gpm_sm_occupancy_pct) {
+    Add(x, "sm_occupancy_pct", *f.gpm_sm_occupancy_pct, "%",
+        "resident warps of the maximum (DCGM_FI_PROF_SM_OCCUPANCY)");
+  }
+  if (f.gpm_tensor_active_pct) {
+    Add(x, "tensor_active_pct", *f.gpm_tensor_active_pct, "%", "tensor pipes active");
+  }
+  Add(x, "gpm_samples", double(f.gpm_samples), "", "busy samples with GPM counters");
+  if (f.step_time_median_s) Add(x, "step_time_s", *f.step_time_median_s, "s", "median step");
+  x.fix =
+      Fmt("The GPU always has a kernel running, but %.0f%% of its SMs idle: the kernels are too "
+          "small to fill the GPU, or the CPU launches them one by one. Capture the step in CUDA "
+          "graphs (torch.compile(model, mode=\"reduce-overhead\"), or torch.cuda.CUDAGraph for a "
+          "static step), let torch.compile fuse the small elementwise kernels, or give each kernel "
+          "more work with a larger batch.",
+          100 - sm);
+  if (f.loader_batch_size && f.gpu_memory_used_max_pct &&
+      *f.gpu_memory_used_max_pct < kFreeMemoryPct) {
+    x.fix +=
+        Fmt(" GPU memory peaked at %.0f%%: batch %lld -> %lld fits.", *f.gpu_memory_used_max_pct,
+            (long long)*f.loader_batch_size, (long long)*f.loader_batch_size * 2);
+    x.fix_value = {{"batch_size", double(*f.loader_batch_size * 2)}};
+  }
+  PredictSaving(f, x, x.time_lost_s,
+                Fmt("SMs active %.0f%% of busy time against ~%.0f%% for large kernels; half "
+                    "that gap assumed recovered by graphs, fusion or a larger batch",
+                    sm, kWellFedSmActivePct),
+                false);
+  return x;
+}
+
+// GPM: the SMs compute but the tensor pipes stay idle, so matrix math runs
+// on the slower FP32/FP16 pipes. Under mixed precision (a "model" counter with
+// precision_bits <= 16) that means the ops miss the tensor cores (layout,
+// shapes, ops outside autocast). The auto-instrumentation does not record
+// torch.autocast, so without that counter the finding says so and is less
+// confident. A model counter saying fp32 is model_config's own finding.
+std::optional<Finding> TensorCoresIdleRule(const Features& f, const AnalysisOptions&) {
+  if (f.gpm_samples < kGpmMinSamples || !f.gpm_util_pct || !f.gpm_sm_active_pct ||
+      !f.gpm_tensor_active_pct) {
+    return std::nullopt;
+  }
+  if (f.precision_bits && *f.precision_bits >= 32) return std::nullopt;  // ModelConfigRule
+  const double util = *f.gpm_util_pct, sm = *f.gpm_sm_active_pct, tensor = *f.gpm_tensor_active_pct;
+  if (util < kTensorBusyUtilPct || sm < kTensorMathSmActivePct || tensor >= kTensorIdlePct) {
+    return std::nullopt;
+  }
+  const bool amp = f.precision_bits.has_value();  // <= 16 here
+  const double busy_s = f.active_s * UsedGpuBusyPct(f).value_or(util) / 100;
+  Finding x = Make(
+      f, "model_config",
+      amp ? Fmt("Tensor cores idle (%.1f%% active) although the model runs in %lld-bit: the "
+                "math is not on tensor cores",
+                tensor, (long long)*f.precision_bits)
+          : Fmt("Tensor cores idle (%.1f%% active) while %.0f%% of the SMs compute", tensor, sm),
+      busy_s * kFp32AssumedGain, amp ? 0.6 : 0.35);
+  Add(x, "tensor_active_pct", tensor, "%",
+      "tensor pipes active while busy (GPM, DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)");
+  Add(x, "sm_active_pct", sm, "%", "SMs with work assigned (DCGM_FI_PROF_SM_ACTIVE)");
+  Add(x, "gpu_util_pct", util, "%", "GPU utilization over the samples with GPM counters");
+  if (amp) {
+    Add(x, "precision_bits", double(*f.precision_bits), "bits", "from the \"model\" counter");
+  }
+  x.fix = std::string(amp ? ""
+                          : "Whether the run used torch.autocast is not recorded (add a \"model\" "
+                            "counter with precision_bits to say so). ") +
+          "Put the matrix math on tensor cores: run the forward pass under "
+          "torch.autocast(\"cuda\", dtype=torch.bfloat16) (fp32 matmuls: "
+          "torch.set_float32_matmul_precision(\"high\") for TF32); convert convolution models "
+          "and their inputs to channels_last (model.to(memory_format=torch.channels_last)); "
+          "keep batch, channel and hidden sizes multiples of 8. The time lost assumes a "
+          "conservative 30% of GPU time saved.";
+  PredictSaving(f, x, x.time_lost_s, "tensor cores assumed to save 30% of the GPU's busy time",
+                false);
   return x;
 }
 
@@ -1285,9 +1395,10 @@ using Rule = std::optional<Finding> (*)(const Features&, const AnalysisOptions&)
 
 const std::vector<Rule>& Rules() {
   static const std::vector<Rule> rules = {
-      InputPipelineRule, IoBoundRule,    CpuContentionRule, ParallelismRule, CopyRule,
-      CheckpointRule,    ThrottlingRule, CommunicationRule, MemoryRule,      IdleAllocationRule,
-      ModelConfigRule,   HostSyncRule,   MonitoringRule,    UnattributedRule};
+      InputPipelineRule, IoBoundRule,     CpuContentionRule,   ParallelismRule, CopyRule,
+      CheckpointRule,    ThrottlingRule,  CommunicationRule,   MemoryRule,      IdleAllocationRule,
+      ModelConfigRule,   LaunchBoundRule, TensorCoresIdleRule, HostSyncRule,    MonitoringRule,
+      UnattributedRule};
   return rules;
 }
 

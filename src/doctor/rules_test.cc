@@ -585,6 +585,124 @@ TEST(RulesTest, ModelConfigOnlyWithPrecisionEvidence) {
   EXPECT_TRUE(Analyze(b.Build()).findings.empty());
 }
 
+// GPM counters on a healthy run: `sm`, `tensor` (0-100) on every sample.
+RunBuilder WithGpm(std::mt19937& rng, double util_pct, double sm, double tensor) {
+  RunBuilder b = HealthyGpu(rng);
+  b.Samples([util_pct, sm, tensor](double, SamplePoint& s) {
+    s.cpu_busy_pct = 45;
+    s.tree_cpu_pct = 650;
+    s.gpus[0].util_pct = util_pct;
+    s.gpus[0].sm_active_pct = sm;
+    s.gpus[0].sm_occupancy_pct = sm / 2;
+    s.gpus[0].tensor_active_pct = tensor;
+    s.gpus[0].dram_active_pct = 20;
+  });
+  return b;
+}
+
+TEST(RulesTest, GpmFeaturesAverageTheBusySteadyState) {
+  std::mt19937 rng(1);
+  RunBuilder b = WithGpm(rng, 98, 60, 40);
+  Features f = ComputeFeatures(b.Build());
+  EXPECT_GT(f.gpm_samples, 50);
+  EXPECT_NEAR(*f.gpm_util_pct, 98, 1e-9);
+  EXPECT_NEAR(*f.gpm_sm_active_pct, 60, 1e-9);
+  EXPECT_NEAR(*f.gpm_sm_occupancy_pct, 30, 1e-9);
+  EXPECT_NEAR(*f.gpm_tensor_active_pct, 40, 1e-9);
+  EXPECT_NEAR(*f.gpm_dram_active_pct, 20, 1e-9);
+  EXPECT_EQ(f.ToJson()["gpm_sm_active_pct"], 60.0);
+  // Without counters (pre-Hopper): nothing, and no GPM finding.
+  std::mt19937 rng2(1);
+  Features none = ComputeFeatures(HealthyGpu(rng2).Build());
+  EXPECT_EQ(none.gpm_samples, 0);
+  EXPECT_FALSE(none.gpm_sm_active_pct.has_value());
+  const nlohmann::json j = none.ToJson();
+  EXPECT_TRUE(!j.contains("gpm_sm_active_pct") || j["gpm_sm_active_pct"].is_null());
+}
+
+TEST(RulesTest, WellFedTensorCoresHaveNoGpmFinding) {
+  std::mt19937 rng(1);
+  Analysis a = Analyze(WithGpm(rng, 99, 95, 90).Build());
+  EXPECT_TRUE(a.findings.empty()) << Describe(a.findings);
+}
+
+TEST(RulesTest, BusyGpuWithIdleSmsIsLaunchBound) {
+  std::mt19937 rng(1);
+  RunBuilder b = WithGpm(rng, 100, 20, 1);
+  Analysis a = Analyze(b.Build());
+  const Finding* x = Find(a.findings, "launch_bound");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  EXPECT_NE(x->title.find("busy 100%"), std::string::npos) << x->title;
+  EXPECT_NE(x->title.find("only 20% of its SMs"), std::string::npos) << x->title;
+  EXPECT_NE(x->fix.find("CUDA graphs"), std::string::npos);
+  EXPECT_NE(x->fix.find("torch.compile"), std::string::npos);
+  EXPECT_NE(x->fix.find("larger batch"), std::string::npos);
+  // Busy time x (1 - 20/80) x half recoverable.
+  const Features f = ComputeFeatures(b.Build());
+  EXPECT_NEAR(x->time_lost_s, f.active_s * (100.0 / 100) * 0.75 * 0.5, 0.05 * x->time_lost_s);
+  ASSERT_TRUE(x->prediction.has_value());
+  EXPECT_GT(x->prediction->speedup, 1.5);
+  bool has_sm = false;
+  for (const Evidence& e : x->evidence) has_sm |= e.key == "sm_active_pct" && e.value == 20;
+  EXPECT_TRUE(has_sm);
+  // Not "tensor cores idle" too: the SMs themselves are idle.
+  EXPECT_EQ(Find(a.findings, "model_config"), nullptr) << Describe(a.findings);
+  // The loader's batch of 256 with GPU memory at 25%: twice the batch fits.
+  EXPECT_EQ(FixValue(*x, "batch_size"), 512);
+  EXPECT_NE(x->fix.find("batch 256 -> 512 fits"), std::string::npos) << x->fix;
+}
+
+TEST(RulesTest, LaunchBoundNeedsHighUtilAndLowSmActive) {
+  for (auto [util, sm] : {std::pair{70.0, 20.0}, std::pair{100.0, 50.0}}) {
+    std::mt19937 rng(1);
+    Analysis a = Analyze(WithGpm(rng, util, sm, 30).Build());
+    EXPECT_EQ(Find(a.findings, "launch_bound"), nullptr)
+        << util << " " << sm << ": " << Describe(a.findings);
+  }
+}
+
+TEST(RulesTest, TensorCoresIdleUnderMixedPrecision) {
+  std::mt19937 rng(1);
+  RunBuilder b = WithGpm(rng, 99, 90, 0.5);
+  b.Counter("model", {{"precision_bits", 16}});
+  Analysis a = Analyze(b.Build());
+  const Finding* x = Find(a.findings, "model_config");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  EXPECT_NE(x->title.find("Tensor cores idle (0.5% active) although the model runs in 16-bit"),
+            std::string::npos)
+      << x->title;
+  EXPECT_NEAR(x->confidence, 0.6, 1e-9);
+  EXPECT_NE(x->fix.find("channels_last"), std::string::npos);
+  EXPECT_NE(x->fix.find("bfloat16"), std::string::npos);
+  EXPECT_NE(x->fix.find("multiples of 8"), std::string::npos);
+  EXPECT_EQ(Find(a.findings, "launch_bound"), nullptr);
+}
+
+TEST(RulesTest, TensorCoresIdleWithoutPrecisionEvidenceSaysAmpIsUnknown) {
+  std::mt19937 rng(1);
+  Analysis a = Analyze(WithGpm(rng, 99, 90, 0.5).Build());
+  const Finding* x = Find(a.findings, "model_config");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  EXPECT_NEAR(x->confidence, 0.35, 1e-9);
+  EXPECT_NE(x->fix.find("autocast is not recorded"), std::string::npos) << x->fix;
+  // Tensor cores in use: nothing.
+  std::mt19937 rng2(1);
+  EXPECT_EQ(Find(Analyze(WithGpm(rng2, 99, 90, 30).Build()).findings, "model_config"), nullptr);
+}
+
+TEST(RulesTest, Fp32ModelWithIdleTensorCoresIsOneFindingWithTheMeasurement) {
+  std::mt19937 rng(1);
+  RunBuilder b = WithGpm(rng, 99, 90, 0);
+  b.Counter("model", {{"precision_bits", 32}});
+  Analysis a = Analyze(b.Build());
+  ASSERT_EQ(a.findings.size(), 1u) << Describe(a.findings);
+  EXPECT_EQ(a.findings[0].cause, "model_config");
+  EXPECT_NEAR(a.findings[0].confidence, 0.6, 1e-9);  // measured, not only assumed
+  bool has_tensor = false;
+  for (const Evidence& e : a.findings[0].evidence) has_tensor |= e.key == "tensor_active_pct";
+  EXPECT_TRUE(has_tensor);
+}
+
 TEST(RulesTest, MonitoringAdviceOnlyWhenUninstrumentedAndUnclear) {
   RunBuilder cpu;  // nothing to split the time by
   cpu.Pause(20);

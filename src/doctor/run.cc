@@ -118,6 +118,12 @@ GpuPoint ParseGpu(const json& g) {
       if (r.is_string()) p.clocks_event_reasons.push_back(r.get<std::string>());
     }
   }
+  if (const json* gpm = Obj(g, "gpm")) {
+    p.sm_active_pct = Num(*gpm, "sm_active_pct");
+    p.sm_occupancy_pct = Num(*gpm, "sm_occupancy_pct");
+    p.tensor_active_pct = Num(*gpm, "tensor_active_pct");
+    p.dram_active_pct = Num(*gpm, "dram_active_pct");
+  }
   return p;
 }
 

@@ -31,6 +31,11 @@ struct GpuPoint {
   std::optional<uint64_t> pcie_rx_bytes_per_s;
   std::optional<double> sm_clock_mhz;
   std::vector<std::string> clocks_event_reasons;  // e.g. "sw_power_cap", "hw_thermal"
+  // GPM activity counters (samples' "gpm"; Hopper and later), 0-100.
+  std::optional<double> sm_active_pct;
+  std::optional<double> sm_occupancy_pct;
+  std::optional<double> tensor_active_pct;
+  std::optional<double> dram_active_pct;
 };
 
 // One samples.jsonl line, reduced to what the rules read.
