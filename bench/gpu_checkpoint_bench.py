@@ -95,7 +95,6 @@ except ImportError:  # torch < 2: the dcp method is reported skipped
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 
 METHODS = ("saturate", "dcp", "torch.save")
-EXTRA_METHODS = ("dcp-sync",)  # only when named in --methods
 MODELS = ("resnet50", "gpt")
 Result = dict[str, Any]
 
@@ -439,26 +438,18 @@ class DcpMethod:
 
     name = "dcp"
 
-    def __init__(self, root: str, w: Workload, sync_staging: bool = False):
-        self.root = os.path.join(root, "dcp-sync" if sync_staging else "dcp")
+    def __init__(self, root: str, w: Workload):
+        self.root = os.path.join(root, "dcp")
         os.makedirs(self.root)
-        params = inspect.signature(dcp.async_save).parameters
-        self.kw = {"no_dist": True} if "no_dist" in params else {}
-        self.load_kw = dict(self.kw)
-        self.stager = None
+        self.kw = {"no_dist": True} if "no_dist" in inspect.signature(dcp.async_save).parameters \
+            else {}
         self.future: Any = None
         self.paths: list[str] = []
         self.done_at: Optional[float] = None
         self.called_at = 0.0
+        # torch 2.11 and 2.15 both stage with DefaultStager(StagingOptions(False, False, False,
+        # False)) here: every tensor copied to fresh pageable host memory inside the call.
         self.setup: Result = {"stager": "torch's default (async_save without async_stager)"}
-        if sync_staging:  # the whole device->host copy inside the call, whatever the default
-            from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-            self.stager = DefaultStager(StagingOptions(use_pinned_memory=False,
-                                                       use_shared_memory=False,
-                                                       use_async_staging=False,
-                                                       use_non_blocking_copy=False))
-            self.kw["async_stager"] = self.stager
-            self.setup = {"stager": "DefaultStager(StagingOptions(all False)): synchronous"}
 
     def save(self, state: Result, step: int) -> None:
         path = os.path.join(self.root, f"step-{step}")
@@ -505,8 +496,6 @@ class DcpMethod:
     def finish(self) -> Result:
         if self.future is not None:
             self.future.result()
-        if self.stager is not None:
-            self.stager.close()  # a caller's stager stays the caller's to close
         return {"bytes_written_last": dir_bytes(self.paths[-1]) if self.paths else 0}
 
     def verify(self, refs: dict[str, torch.Tensor]) -> Result:
@@ -517,7 +506,7 @@ class DcpMethod:
             for p in parts[:-1]:
                 node = node.setdefault(int(p) if p.isdigit() else p, {})
             node[parts[-1]] = torch.empty_like(ref)
-        dcp.load(template, checkpoint_id=self.paths[-1], **self.load_kw)
+        dcp.load(template, checkpoint_id=self.paths[-1], **self.kw)
         return compare(refs, lambda k: lookup(template, k))
 
     def checkpoint_path(self) -> str:
@@ -561,8 +550,16 @@ class TorchSaveMethod:
         return self.path
 
 
-METHOD_CLASSES = {"saturate": SaturateMethod, "dcp": DcpMethod, "torch.save": TorchSaveMethod,
-                  "dcp-sync": lambda root, w: DcpMethod(root, w, sync_staging=True)}
+# saturate.Checkpointer registers its host pool with cudaHostRegister and never unregisters
+# it; the pool is munmap()ed when the Checkpointer is destroyed. Host memory allocated later in
+# the process can land at those addresses while CUDA still holds them as registered (pinned),
+# so a later device->host copy there (dcp's staging, torch.save) may go to the old pages. Seen
+# once on an H100: dcp.async_save after a finished saturate run staged in ~0.25 s instead of
+# ~0.75 s and its checkpoint held a wrong optimizer tensor. So the Checkpointers stay alive
+# until the process ends, unless --release-saturate-pools (to reproduce that).
+KEEP_ALIVE: list[Any] = []
+
+METHOD_CLASSES = {"saturate": SaturateMethod, "dcp": DcpMethod, "torch.save": TorchSaveMethod}
 
 
 # ------------------------------------------------------------------------------ measuring
@@ -692,6 +689,8 @@ def run_method(name: str, w: Workload, root: str, args: argparse.Namespace,
     summary = summarize_method(saves, base_mean, d2h["per_tensor_s"], d2h["bulk_s"])
     res = {"summary": summary, "setup": m.setup, **fin,
            "load_check": check, "seconds": time.perf_counter() - t_start, "saves": saves}
+    if name == "saturate" and not args.release_saturate_pools:
+        KEEP_ALIVE.append(m)  # see KEEP_ALIVE
     del m
     return res
 
@@ -813,9 +812,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                                  epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(MODELS), help="default: %(default)s")
-    ap.add_argument("--methods", default=",".join(METHODS),
-                    help="default: %(default)s; also dcp-sync: async_save with a synchronous "
-                         "DefaultStager passed in (the whole copy inside the call)")
+    ap.add_argument("--methods", default=",".join(METHODS), help="default: %(default)s")
     ap.add_argument("--budget", type=float, default=100.0,
                     help="seconds for the whole run, model builds included (default: %(default)s)")
     ap.add_argument("--saves", type=int, default=3,
@@ -846,6 +843,9 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     ap.add_argument("--disk-probe-mib", type=int, default=512,
                     help="dd conv=fsync this many MiB into --dir first, for the disk's write "
                          "speed (0: skip; default: %(default)s)")
+    ap.add_argument("--release-saturate-pools", action="store_true",
+                    help="free each saturate Checkpointer (and its CUDA-registered pool) right "
+                         "after its method instead of at exit; see KEEP_ALIVE in the source")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
     ap.add_argument("--smoke", action="store_true",
@@ -861,8 +861,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
         args.budget = min(args.budget, 50.0)
     args.models = [m for m in args.models.split(",") if m]
     args.methods = [m for m in args.methods.split(",") if m]
-    for kind, got, known in (("models", args.models, MODELS),
-                             ("methods", args.methods, METHODS + EXTRA_METHODS)):
+    for kind, got, known in (("models", args.models, MODELS), ("methods", args.methods, METHODS)):
         bad = [x for x in got if x not in known]
         if bad:
             ap.error(f"--{kind}: unknown {', '.join(bad)} (use {', '.join(known)})")
