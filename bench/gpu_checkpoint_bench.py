@@ -30,10 +30,10 @@ Per workload, in this order:
              torch.save   torch.save(state, file): training waits for the whole write (no
                           fsync: what a user's loop does)
            The state saved is {"model": model.state_dict(), "optim": opt.state_dict(),
-           "step": step}, built inside the timed call. Each method saves --saves times; after
-           a save the loop trains until the background write committed (every=0, the
-           default: save as often as the writer allows), or --every steps, and then
-           --quiet-steps more steps, then the next save.
+           "step": step}, built inside the timed call. Each method saves --saves times (fewer
+           when its share of --budget runs out); after a save the loop trains until the
+           background write committed and then --quiet-steps more steps (--every 0, the
+           default: save as often as the writer allows), or exactly --every steps.
   Per save:  blocked = torch.cuda.synchronize(); t0; save call; t1 -- plus any wait before
              the next save (dcp's previous future, saturate's on_busy="wait" is inside the
              call); write_s = the background write (saturate's engine counter; dcp: the
@@ -50,8 +50,10 @@ Per workload, in this order:
              same method (a drift check), bytes written, and one load of the last checkpoint
              compared with a host copy of 5 tensors taken just before that save.
 
-Usage (GPU; saturate built with CUDA into build/gpu):
-  PYTHONPATH=build/gpu/python python3 bench/gpu_checkpoint_bench.py --budget 100 --json ckpt.json
+Usage (GPU; saturate built with CUDA into build/gpu by bench/gpu/run.sh, whose unpacked
+libraries sit in /tmp/satdeps/rt; ~65 s at the defaults on an H100):
+  PYTHONPATH=build/gpu/python LD_LIBRARY_PATH=/tmp/satdeps/rt \
+      python3 bench/gpu_checkpoint_bench.py --budget 100 --json ckpt.json
   PYTHONPATH=build/ci/python .venv-torch2/bin/python bench/gpu_checkpoint_bench.py --smoke
       (tiny models on the CPU, < 60 s: a code-path check, no numbers to keep)
 """
