@@ -1,12 +1,16 @@
 """saturate.watch around a block of code."""
 
 import json
+import os
+import subprocess
+import sys
 import time
 import urllib.request
 
 import pytest
 
 import saturate
+from conftest import fake_nvml, saturate_cmd
 
 
 def test_watch_records_this_process_and_the_host(tmp_path):
@@ -48,3 +52,58 @@ def test_bad_arguments():
         saturate.watch(interval=0)
     with pytest.raises(ValueError, match="listen address"):
         saturate.watch(prometheus="nope", gpus=False).start()
+
+
+def _watch_fake_gpus(tmp_path, gpm):
+    """`saturate watch` over a 2 s child with the fake NVML: GPUs 100% busy,
+    GPU 0's GPM counters as FAKE_NVML_GPM says (src/watch/testing/fake_nvml.cc),
+    then `saturate report` on the run. Returns (samples, findings.json, log)."""
+    run = tmp_path / "run"
+    env = dict(os.environ, FAKE_NVML_UTIL="100", FAKE_NVML_GPM=gpm)
+    watch = subprocess.run(
+        saturate_cmd() + ["watch", "--no-auto", "--nvml-library", fake_nvml(), "--interval",
+                          "150ms", "-o", str(run), "--", sys.executable, "-c",
+                          "import time; time.sleep(2)"],
+        env=env, capture_output=True, text=True, timeout=60)
+    assert watch.returncode == 0, watch.stderr
+    report = subprocess.run(saturate_cmd() + ["report", str(run)], capture_output=True,
+                            text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    samples = [json.loads(l) for l in (run / "samples.jsonl").read_text().splitlines()]
+    findings = json.loads((run / "findings.json").read_text())
+    return samples, findings, watch.stderr
+
+
+def test_gpm_counters_recorded_shown_and_diagnosed_as_launch_bound(tmp_path):
+    # The fake's defaults: SM active 20%, tensor 2% on GPU 0 (GPU 1 lacks GPM).
+    samples, findings, log = _watch_fake_gpus(tmp_path, gpm="")
+    gpm = [s["gpus"][0]["gpm"] for s in samples if "gpm" in s["gpus"][0]]
+    assert len(gpm) >= 5
+    assert gpm[-1]["sm_active_pct"] == 20 and gpm[-1]["tensor_active_pct"] == 2
+    assert gpm[-1]["pcie_rx_bytes_per_s"] == 200 * 1024 * 1024
+    assert "nvlink_rx_bytes_per_s" not in gpm[-1]  # the fake is a PCIe card
+    assert not any("gpm" in s["gpus"][1] for s in samples)
+    assert "sm 20% tensor 2% dram 30%" in log
+    causes = {x["cause"]: x for x in findings["findings"]}
+    x = causes["launch_bound"]
+    assert "only 20% of its SMs" in x["title"] and "CUDA graphs" in x["fix"]
+    assert {e["key"]: e["value"] for e in x["evidence"]}["sm_active_pct"] == 20
+    assert findings["features"]["gpm_sm_active_pct"] == 20
+    assert "model_config" not in causes  # idle SMs, not idle tensor cores
+
+
+def test_gpm_tensor_cores_idle_while_the_sms_compute(tmp_path):
+    _, findings, _ = _watch_fake_gpus(tmp_path, gpm="2=92,5=0.5")
+    causes = {x["cause"]: x for x in findings["findings"]}
+    assert "launch_bound" not in causes
+    x = causes["model_config"]
+    assert x["title"].startswith("Tensor cores idle (0.5% active)"), x["title"]
+    assert "channels_last" in x["fix"] and "not recorded" in x["fix"]
+
+
+def test_without_gpm_nothing_is_guessed(tmp_path):
+    samples, findings, log = _watch_fake_gpus(tmp_path, gpm="off")
+    assert not any("gpm" in g for s in samples for g in s["gpus"])
+    assert " sm " not in log
+    causes = {x["cause"] for x in findings["findings"]}
+    assert not causes & {"launch_bound", "model_config"}, causes
