@@ -90,7 +90,9 @@ import saturate  # noqa: E402  (needed: this bench measures it)
 
 try:
     import torch.distributed.checkpoint as dcp
-except ImportError:  # torch < 2: the dcp method is reported skipped
+    if not hasattr(dcp, "async_save"):  # torch < 2.3: the dcp method is reported skipped
+        dcp = None
+except ImportError:
     dcp = None
 
 # DCP warns once per call that no process group exists: that is the single-process intent.
@@ -153,13 +155,15 @@ class GPT(nn.Module):
             for _ in range(layers))
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
-        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq),
+        self.register_buffer("mask", torch.triu(torch.full((seq, seq), float("-inf")), 1),
                              persistent=False)
+        forward = inspect.signature(nn.TransformerEncoderLayer.forward).parameters
+        self.causal = {"is_causal": True} if "is_causal" in forward else {}  # torch >= 2.0
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.tok(idx) + self.pos
         for block in self.blocks:
-            x = block(x, src_mask=self.mask, is_causal=True)
+            x = block(x, src_mask=self.mask, **self.causal)
         return self.head(self.ln(x))
 
 
@@ -723,7 +727,7 @@ def run_workload(model: str, args: argparse.Namespace, dev: torch.device,
     left = seconds - (time.perf_counter() - t_start)
     for i, name in enumerate(methods):
         if name.startswith("dcp") and dcp is None:
-            res["skipped"][name] = "torch.distributed.checkpoint is not importable"
+            res["skipped"][name] = "torch.distributed.checkpoint.async_save is missing (torch < 2.3)"
             continue
         share = left / (len(methods) - i)
         root = tempfile.mkdtemp(prefix=f"gpu-ckpt-{model}-", dir=args.dir)
