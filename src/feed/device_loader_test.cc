@@ -402,5 +402,44 @@ TEST_F(DeviceLoaderTest, GpuDecodeWithoutADecoderIsUnavailableAndAutoFallsBack) 
   EXPECT_NE(stats.decode_backend.find("unavailable"), std::string::npos) << stats.decode_backend;
 }
 
+// Batches discarded by SetEpoch leave entries behind in their buffers; the
+// next batches written there must not pick them up.
+TEST_F(DeviceLoaderTest, GpuDecodeSurvivesDiscardedBatches) {
+  saturate::testing::TempDir photos;
+  SATURATE_ASSERT_OK(saturate::testing::WritePhotoDataset(photos.path(), 18));
+  const LoaderOptions options = Options(photos.path(), ImageTransform{});
+  auto cpu = Loader::Open(options);
+  ASSERT_TRUE(cpu.ok());
+  auto gpu = std::make_shared<FakeGpu>(50us);
+  gpu->set_jpeg_decoder(true);
+  auto consumer = gpu->CreateStream();
+  ASSERT_TRUE(consumer.ok());
+  auto loader = DeviceLoader::Open(options, kPrefetch, gpu, "gpu");
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  (*loader)->set_stream(*consumer);
+  ASSERT_TRUE((*loader)->Next().ok());  // some batches made, then thrown away
+  std::this_thread::sleep_for(20ms);
+  for (uint64_t epoch : {0, 1, 3}) {
+    SCOPED_TRACE("epoch " + std::to_string(epoch));
+    ASSERT_TRUE((*cpu)->SetEpoch(epoch).ok());
+    ASSERT_TRUE((*loader)->SetEpoch(epoch).ok());
+    int n = 0;
+    while (true) {
+      auto want = (*cpu)->Next();
+      auto got = (*loader)->Next();
+      ASSERT_TRUE(want.ok() && got.ok()) << got.status().ToString();
+      ASSERT_EQ(want->has_value(), got->has_value());
+      if (!got->has_value()) break;
+      std::vector<Copied> expected;
+      for (const TensorView& t : (*want)->tensors()) expected.push_back(Copy(t));
+      EXPECT_EQ(ReadOnStream(gpu.get(), *consumer, **got), expected) << "batch " << n;
+      ++n;
+    }
+    EXPECT_EQ(n, 5);
+  }
+  loader->reset();
+  gpu->DestroyStream(*consumer);
+}
+
 }  // namespace
 }  // namespace saturate::feed
