@@ -121,7 +121,8 @@ def test_watch_records_gpm_counters_that_tell_tensor_work_from_tiny_kernels(tmp_
         return _mean([r.get("util_sampled_pct", r.get("util_pct")) for r in rows])
 
     report = {name: {"util": util(rows), "sm_active": stat(rows, "sm_active_pct"),
-                     "tensor": stat(rows, "tensor_active_pct"), "dram": stat(rows, "dram_active_pct")}
+                     "tensor": stat(rows, "tensor_active_pct"),
+                     "dram": stat(rows, "dram_active_pct")}
               for name, rows in (("matmul", matmul), ("tiny", tiny))}
     print(json.dumps(report))
     # (a) the math is on the tensor cores.
