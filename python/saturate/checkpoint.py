@@ -40,25 +40,28 @@ it was and raises (naming the file) from the next ``save``, ``wait`` or
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import io
 import json
 import mmap
 import os
 import pickle
+import queue
 import signal
 import sys
 import threading
 import time
 import warnings
-from typing import Any, Dict, List, Optional, Tuple
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import re
 
 import numpy as np
 
 from . import _core
-from .errors import CorruptionError, NotFoundError
+from .errors import CorruptionError, InvalidArgumentError, NotFoundError, UnimplementedError
 
 __all__ = ["Checkpointer", "CheckpointWarning", "load"]
 
@@ -122,6 +125,7 @@ class _Flattener(pickle.Pickler):
         self.specs: List[tuple] = []  # (name, ptr, bytes, dtype, shape, device) for the engine
         self.keep: List[Any] = []  # host buffers and sources alive until the engine copied them
         self.cuda: List[Tuple[int, Any]] = []  # (index, contiguous CUDA tensor) to copy D2H
+        self.sources: List[Any] = []  # per spec: the contiguous torch tensor copied (None: numpy)
         self._seen: Dict[int, tuple] = {}
 
     def persistent_id(self, obj):
@@ -145,6 +149,7 @@ class _Flattener(pickle.Pickler):
             a = np.ascontiguousarray(obj)
             self.keep.append(a)
             self.specs.append((name, a.ctypes.data, a.nbytes, a.dtype.str, list(a.shape), "cpu"))
+            self.sources.append(None)
             return (_TAG, index, "numpy", a.dtype, None)
         torch = _torch()
         t = obj.detach()
@@ -163,6 +168,7 @@ class _Flattener(pickle.Pickler):
         else:
             self.keep.append(t)
             self.specs.append((name, t.data_ptr(), nbytes, dtype, list(t.shape), "cpu"))
+        self.sources.append(t)
         return (_TAG, index, "torch", t.dtype, extra)
 
 
@@ -171,6 +177,327 @@ def _flatten(state) -> Tuple[bytes, _Flattener]:
     f = _Flattener(buf, _tensor_names(state))
     f.dump({"format": "saturate-checkpoint-state", "version": 1, "state": state})
     return buf.getvalue(), f
+
+
+# ---- deferred snapshots guarded by the optimizer: save(state, step, guard=opt) ----
+#
+# The tensors the guard's optimizers own (their params and the tensors of
+# optimizer.state) change only in optimizer.step(). save(..., guard=opt)
+# therefore copies every other tensor before it returns, as without a guard,
+# and leaves the guarded ones to a background thread (CUDA: device->host on
+# the side stream, waited for by that thread, not by save). A pre-hook on
+# each optimizer's step() waits until the copies of every earlier save are
+# done (CPU: the thread's copy; CUDA: the current stream waits for the copy's
+# event, the host does not), so step() never changes a tensor before it is in
+# the snapshot. The background thread then commits the snapshot to the
+# engine, which writes it as any other. CheckFreq's "snapshot ... guarded"
+# idea (Mohan et al., FAST '21), for an optimizer instead of a whole step.
+
+_PARALLEL_COPY_BYTES = 16 << 20  # below this one thread copies (as the engine's CopyTensors)
+
+
+def _storage_key(t) -> Tuple[str, int]:
+    """(device type, address of the storage) of a strided tensor: tensors that
+    alias (a state_dict()'s detached tensors and the parameters) share it."""
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except AttributeError:  # torch < 2
+        ptr = t.storage().data_ptr()
+    return t.device.type, ptr
+
+
+def _local_tensor(t):
+    """A DTensor's local shard (what an FSDP2 optimizer writes), else ``t``."""
+    local = getattr(t, "_local_tensor", None)
+    torch = _torch()
+    return local if torch is not None and isinstance(local, torch.Tensor) else t
+
+
+def _guard_optimizers(guard) -> List[Any]:
+    """The optimizers of ``guard=`` (one, or a list or tuple of them), checked."""
+    torch = _torch()
+    opts = list(guard) if isinstance(guard, (list, tuple)) else [guard]
+    if torch is None or not opts or not all(isinstance(o, torch.optim.Optimizer) for o in opts):
+        got = ", ".join(type(o).__name__ for o in opts) or "an empty list"
+        raise InvalidArgumentError(
+            f"guard must be a torch.optim.Optimizer or a list of them, got {got}")
+    if not hasattr(torch.optim.Optimizer, "register_step_pre_hook"):
+        raise UnimplementedError(
+            f"save(guard=...) needs torch >= 2.0 (Optimizer.register_step_pre_hook); this is "
+            f"torch {torch.__version__}. Save without guard= (the whole snapshot is then "
+            "copied inside save), or upgrade torch")
+    return opts
+
+
+def _guarded_storages(opts: Sequence[Any]) -> set:
+    """Storage keys of every tensor the optimizers write in step(): their
+    param_groups' params and the tensors in optimizer.state."""
+    torch = _torch()
+    keys = set()
+
+    def add(t):
+        if isinstance(t, torch.Tensor):
+            t = _local_tensor(t)
+            if t.layout == torch.strided and t.device.type in ("cpu", "cuda") and t.numel():
+                keys.add(_storage_key(t))
+
+    for o in opts:
+        for group in o.param_groups:
+            for p in group["params"]:
+                add(p)
+        for st in o.state.values():
+            if isinstance(st, dict):
+                for v in st.values():
+                    add(v)
+    return keys
+
+
+def _is_guarded(t, keys: set) -> bool:
+    """``t`` (the contiguous tensor to copy) lives in a guarded storage."""
+    return bool(keys) and t.numel() > 0 and _storage_key(t) in keys
+
+
+def _copy_pieces(pieces: Sequence[Tuple[int, int, int]], threads: int) -> None:
+    """memmove of (destination, source, bytes) pieces, cut into ``threads``
+    equal shares of bytes (ctypes releases the GIL for each call)."""
+    total = sum(n for _, _, n in pieces)
+    if threads <= 1 or total < _PARALLEL_COPY_BYTES:
+        for dst, src, n in pieces:
+            ctypes.memmove(dst, src, n)
+        return
+    share = -(-total // threads)
+    work: List[List[Tuple[int, int, int]]] = [[] for _ in range(threads)]
+    w, room = 0, share
+    for dst, src, n in pieces:
+        while n > 0:
+            k = min(n, room)
+            work[w].append((dst, src, k))
+            dst, src, n, room = dst + k, src + k, n - k, room - k
+            if room == 0 and w + 1 < threads:
+                w, room = w + 1, share
+    errors: List[BaseException] = []
+
+    def run(part):
+        try:
+            for d, s, k in part:
+                ctypes.memmove(d, s, k)
+        except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
+            errors.append(e)
+
+    helpers = [threading.Thread(target=run, args=(work[i],), daemon=True)
+               for i in range(1, threads) if work[i]]
+    for h in helpers:
+        h.start()
+    run(work[0])
+    for h in helpers:
+        h.join()
+    if errors:
+        raise errors[0]
+
+
+class _DeviceStaging:
+    """Device->host copies straight into a pool buffer, on a side stream."""
+
+    def __init__(self):
+        self.stream = None  # made on first use
+        self.pinned: set = set()  # pool buffers registered with CUDA
+
+    def pin(self, ptr: int, nbytes: int) -> None:
+        if ptr not in self.pinned:
+            # Page-locked memory makes the copy a real async DMA at full speed.
+            _torch().cuda.cudart().cudaHostRegister(ptr, nbytes, 0)
+            self.pinned.add(ptr)
+
+    def copy(self, pending, now: Sequence[Tuple[int, Any]], later: Sequence[Tuple[int, Any]]):
+        """Enqueues the D2H copies of (index, contiguous CUDA tensor) pairs into
+        ``pending``'s buffer: ``now`` first, waited for by the host before this
+        returns; ``later`` after them, not waited for. Returns the event that
+        marks the ``later`` copies done (None when there are none)."""
+        torch = _torch()
+        device = (now or later)[0][1].device
+        self.pin(pending.buffer, pending.buffer_bytes)
+        if self.stream is None:
+            self.stream = torch.cuda.Stream(device=device)
+        self.stream.wait_stream(torch.cuda.current_stream(device))
+        done_now = done_later = None
+        with torch.cuda.stream(self.stream):
+            for batch in (now, later):
+                for index, t in batch:
+                    nbytes = t.numel() * t.element_size()
+                    if nbytes == 0:
+                        continue
+                    host = (ctypes.c_uint8 * nbytes).from_address(pending.destination(index))
+                    dst = torch.frombuffer(host, dtype=torch.uint8)
+                    dst.copy_(t.reshape(-1).view(torch.uint8), non_blocking=True)
+                    # The source must outlive the copy on the side stream.
+                    t.record_stream(self.stream)
+                if batch is now and now:
+                    done_now = torch.cuda.Event()
+                    done_now.record(self.stream)
+            if later:
+                done_later = torch.cuda.Event()
+                done_later.record(self.stream)
+        if done_now is not None:
+            done_now.synchronize()
+        return done_later
+
+
+class _Job:
+    """One guarded save's copies still to do, then its commit."""
+
+    __slots__ = ("step", "seq", "pieces", "bytes", "event", "device", "commit", "keep", "copied",
+                 "finished", "wait_ns", "copy_ns")
+
+    def __init__(self, step, seq, pieces, event, device, commit, keep):
+        self.step, self.seq, self.pieces, self.event, self.device = step, seq, pieces, event, device
+        self.bytes = sum(n for _, _, n in pieces)
+        self.commit, self.keep = commit, keep
+        self.copied = threading.Event()  # host copies done (the hook's wait)
+        self.finished = threading.Event()  # committed, or failed
+        self.wait_ns = 0  # training time the hooks waited for this save
+        self.copy_ns = 0  # the background copy (host copies and the device event)
+
+
+class _Deferred:
+    """The background half of guarded saves: a thread that copies each save's
+    guarded tensors into its snapshot (oldest first) and commits it, and the
+    optimizer hooks that make step() (and load_state_dict()) wait for it.
+
+    Spans (category ``checkpoint``, args step and seq): ``checkpoint_guard_wait``
+    on the training thread while a hook waits (doctor counts it as stall, as
+    ``checkpoint_save``), ``checkpoint_deferred_copy`` on the copy thread
+    (costs the steps nothing, like ``checkpoint_write``).
+
+    Thread-safety: submit/block/wait/close from the training thread; the
+    worker only sets each job's events and ``error``."""
+
+    def __init__(self, threads: int, rank: int = -1):
+        self.threads = max(1, int(threads))
+        self.rank = rank
+        self._queue: "queue.Queue[Optional[_Job]]" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
+        self._open: "collections.deque[_Job]" = collections.deque()  # hooks may still wait
+        self._last: Optional[_Job] = None  # the newest submitted (FIFO: done => all done)
+        self._hooks: Dict[int, Tuple[Any, List[Any]]] = {}  # id(opt) -> (weakref, handles)
+        self.error: Optional[BaseException] = None
+        self.total_wait_ns = 0
+        self.saves = 0
+
+    # -- training thread --
+
+    def protect(self, opts: Sequence[Any]) -> None:
+        """Registers the hooks on each optimizer, once."""
+        for o in opts:
+            have = self._hooks.get(id(o))
+            if have is not None and have[0]() is o:
+                continue
+            handles = [o.register_step_pre_hook(self._on_step)]
+            on_load = getattr(o, "register_load_state_dict_pre_hook", None)  # torch >= 2.3
+            if on_load is not None:
+                handles.append(on_load(self._on_load))
+            self._hooks[id(o)] = (weakref.ref(o), handles)
+
+    def _on_step(self, optimizer, args, kwargs):
+        self.block()
+
+    def _on_load(self, optimizer, state_dict):
+        self.block()
+        return None
+
+    def submit(self, job: _Job) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="saturate-ckpt-guard",
+                                            daemon=True)
+            self._thread.start()
+        self.saves += 1
+        self._open.append(job)
+        self._last = job
+        self._queue.put(job)
+
+    def block(self) -> int:
+        """Waits until the copies of every guarded save so far are done (a CUDA
+        copy: the current stream waits for it, the host does not). Returns the
+        nanoseconds waited, which count to the newest of those saves."""
+        jobs = list(self._open)
+        if not jobs:
+            return 0
+        start = time.perf_counter_ns()
+        trace_start = _core.trace_now_ns()
+        for job in jobs:
+            job.copied.wait()
+        for job in jobs:
+            if job.event is not None:
+                _torch().cuda.current_stream(job.device).wait_event(job.event)
+        waited = time.perf_counter_ns() - start
+        newest = jobs[-1]
+        newest.wait_ns += waited
+        self.total_wait_ns += waited
+        _core.checkpoint_span("checkpoint_guard_wait", trace_start, _core.trace_now_ns(),
+                              newest.step, newest.seq, self.rank)
+        # Every hook from now on runs after these copies (host) or on a stream
+        # ordered after them (device): nothing left to wait for.
+        self._open.clear()
+        return waited
+
+    def wait(self, timeout_s: Optional[float] = None) -> bool:
+        """Until every guarded save is copied and committed to the engine (its
+        write then counts in the engine's wait()); True when done."""
+        job = self._last
+        return job is None or job.finished.wait(timeout_s)
+
+    def raise_error(self) -> None:
+        """Raises (once) a failure of the background copy or commit."""
+        if self.error is not None:
+            e, self.error = self.error, None
+            raise e
+
+    def last_stats(self) -> Dict[str, Any]:
+        job = self._last
+        return {"guard_saves": self.saves,
+                "guard_wait_ns": job.wait_ns if job is not None else 0,
+                "total_guard_wait_ns": self.total_wait_ns,
+                "deferred_bytes": job.bytes if job is not None else 0,
+                "deferred_copy_ns": job.copy_ns if job is not None and job.finished.is_set()
+                else None}
+
+    def close(self) -> None:
+        """Waits for the jobs, stops the thread and removes the hooks."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+        for _, handles in self._hooks.values():
+            for h in handles:
+                h.remove()
+        self._hooks.clear()
+        self._open.clear()
+
+    # -- the copy thread --
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            try:
+                if self.error is None:  # after a failure, later saves are dropped (slots freed)
+                    start = _core.trace_now_ns()
+                    _copy_pieces(job.pieces, self.threads)
+                    job.copied.set()
+                    if job.event is not None:
+                        job.event.synchronize()
+                    end = _core.trace_now_ns()
+                    job.copy_ns = end - start
+                    _core.checkpoint_span("checkpoint_deferred_copy", start, end, job.step,
+                                          job.seq, self.rank)
+                    job.commit()
+            except BaseException as e:  # noqa: BLE001 - raised by the next save/wait/close
+                if self.error is None:
+                    self.error = e
+            finally:
+                job.copied.set()
+                job.commit = job.keep = job.pieces = None  # an uncommitted slot goes back
+                job.finished.set()
 
 
 class Checkpointer:
@@ -210,8 +537,10 @@ class Checkpointer:
                                         part_bytes=int(part_bytes))
         self._max_in_flight = int(max_in_flight)
         self._grace_s = float(grace_s)
-        self._stream = None  # CUDA side stream, made on first use
-        self._pinned: set = set()  # pool buffers registered with CUDA
+        self._staging = _DeviceStaging()  # CUDA side stream and the pinned pool buffers
+        self._pinned = self._staging.pinned
+        self._deferred = _Deferred(copy_threads or max(1, min(4, os.cpu_count() or 1)))
+        self._seq = 0  # saves taken (the `seq` of guarded saves' spans)
         self._blocking_ns: List[int] = []
         self._prev_sigterm = None
         self._closed = False
@@ -222,19 +551,59 @@ class Checkpointer:
 
     # ---- saving ----
 
-    def save(self, state: Any, step: int) -> bool:
+    def save(self, state: Any, step: int, *, guard: Any = None) -> bool:
         """Snapshots ``state`` as checkpoint ``step`` and returns once it is
-        copied; True when queued, False when skipped (``on_busy="skip"``)."""
+        copied; True when queued, False when skipped (``on_busy="skip"``).
+
+        ``guard``: a torch.optim.Optimizer (or a list of them; torch >= 2.0).
+        The tensors it owns (its params and ``optimizer.state``'s tensors,
+        matched by storage, so a ``model.state_dict()`` that aliases the params
+        counts) are copied after save returns, in the background; everything
+        else before, as without a guard. The optimizer's next ``step()`` (and
+        ``load_state_dict()``) waits until those copies are done. Contract:
+        between ``save(guard=opt)`` and ``opt.step()`` only the optimizer may
+        write its tensors (no in-place edits of parameters, no
+        ``model.load_state_dict``; ``zero_grad`` and backward are fine)."""
         start = time.perf_counter_ns()
+        self._deferred.raise_error()
+        opts = None
+        if guard is not None:
+            opts = _guard_optimizers(guard)
+            self._deferred.protect(opts)
         with _core.Phase("checkpoint_save", "checkpoint"):
             blob, f = _flatten(state)
-            if f.cuda:
+            self._seq += 1
+            if opts is not None:
+                saved = self._save_guarded(int(step), blob, f, _guarded_storages(opts))
+            elif f.cuda:
                 saved = self._save_with_device_tensors(int(step), blob, f)
             else:
                 saved = self._core.save(int(step), f.specs, blob)
         if saved:
             self._blocking_ns.append(time.perf_counter_ns() - start)
         return saved
+
+    def _save_guarded(self, step: int, blob: bytes, f: _Flattener, keys: set) -> bool:
+        """The engine copies the unguarded host tensors now (Begin); guarded
+        ones are left to the background thread, which commits the snapshot."""
+        later = {i for i, t in enumerate(f.sources) if t is not None and _is_guarded(t, keys)}
+        specs = [(spec[0], 0) + tuple(spec[2:]) if i in later else spec
+                 for i, spec in enumerate(f.specs)]
+        pending = self._core.begin(step, specs)  # copies what is not deferred
+        if pending is None:
+            return False
+        event = device = None
+        if f.cuda:
+            now = [(i, t) for i, t in f.cuda if i not in later]
+            deferred_cuda = [(i, t) for i, t in f.cuda if i in later]
+            event = self._staging.copy(pending, now, deferred_cuda)
+            device = f.cuda[0][1].device
+        pieces = [(pending.destination(i), f.specs[i][1], f.specs[i][2]) for i in sorted(later)
+                  if f.sources[i].device.type == "cpu"]
+        keep = [f.sources[i] for i in later]
+        self._deferred.submit(_Job(step, self._seq, pieces, event, device,
+                                   lambda: self._core.commit(pending, blob), keep))
+        return True
 
     def prepare(self, state: Any) -> None:
         """Allocates and faults in the host pool for saves of ``state`` (or of
@@ -276,41 +645,34 @@ class Checkpointer:
 
     def _save_with_device_tensors(self, step: int, blob: bytes, f: _Flattener) -> bool:
         """GPU tensors: device->host on a side stream straight into the pool's
-        (pinned) buffer; host tensors are copied by the engine meanwhile."""
-        torch = _torch()
+        (pinned) buffer, waited for; host tensors were copied by the engine
+        in Begin."""
         pending = self._core.begin(step, f.specs)
         if pending is None:
             return False
-        if pending.buffer not in self._pinned:
-            # Page-locked memory makes the copy a real async DMA at full speed.
-            torch.cuda.cudart().cudaHostRegister(pending.buffer, pending.buffer_bytes, 0)
-            self._pinned.add(pending.buffer)
-        if self._stream is None:
-            self._stream = torch.cuda.Stream(device=f.cuda[0][1].device)
-        self._stream.wait_stream(torch.cuda.current_stream(f.cuda[0][1].device))
-        with torch.cuda.stream(self._stream):
-            for index, t in f.cuda:
-                nbytes = t.numel() * t.element_size()
-                if nbytes == 0:
-                    continue
-                host = (ctypes.c_uint8 * nbytes).from_address(pending.destination(index))
-                dst = torch.frombuffer(host, dtype=torch.uint8)
-                dst.copy_(t.reshape(-1).view(torch.uint8), non_blocking=True)
-        self._stream.synchronize()
+        self._staging.copy(pending, f.cuda, [])
         self._core.commit(pending, blob)
         return True
 
     def wait(self) -> None:
-        """Blocks until every save has committed; raises if one failed."""
+        """Blocks until every save has committed (guarded saves: copied first);
+        raises if one failed."""
+        self._deferred.wait()
+        self._deferred.raise_error()
         self._core.wait()
 
     def close(self) -> None:
-        """wait(), then stops the writer. Idempotent."""
+        """wait(), then stops the writer (and the guard's copy thread, removing
+        its optimizer hooks). Idempotent."""
         if self._closed:
             return
         self._closed = True
         self._restore_sigterm()
-        self._core.close()
+        try:
+            self._deferred.close()
+            self._deferred.raise_error()
+        finally:
+            self._core.close()
 
     def __enter__(self) -> "Checkpointer":
         return self
@@ -321,9 +683,20 @@ class Checkpointer:
     def stats(self) -> Dict[str, Any]:
         """Engine counters (saves, commits, skipped, failed, last_blocking_ns,
         last_write_ns, bytes_written, write_bytes_per_s, pool_bytes, ...) plus
-        ``blocking_ns``: the last save's time in Python (flatten + snapshot)."""
+        ``blocking_ns``: the last save's time in Python (flatten + snapshot).
+
+        Guarded saves (``save(guard=...)``) add: ``guard_saves``;
+        ``guard_wait_ns``, the time optimizer hooks waited for the last guarded
+        save's copies (0 until a step() came); ``total_guard_wait_ns``;
+        ``blocked_ns`` = ``blocking_ns`` + ``guard_wait_ns``, what the last
+        save cost the training thread; ``deferred_bytes`` and
+        ``deferred_copy_ns`` (the background copy, None while it runs). The
+        engine's ``last_blocking_ns`` of a guarded save spans Begin to the
+        background commit, not the training thread's stall."""
         s = self._core.stats()
         s["blocking_ns"] = self._blocking_ns[-1] if self._blocking_ns else 0
+        s.update(self._deferred.last_stats())
+        s["blocked_ns"] = s["blocking_ns"] + s["guard_wait_ns"]
         return s
 
     def advise_interval(self, mtbf_s: float, step_time_s: Optional[float] = None) -> Dict[str, float]:
@@ -335,7 +708,7 @@ class Checkpointer:
             raise RuntimeError("advise_interval needs at least one save() to measure its cost")
         if mtbf_s <= 0:
             raise ValueError(f"mtbf_s must be > 0, got {mtbf_s}")
-        cost_s = sum(self._blocking_ns) / len(self._blocking_ns) / 1e9
+        cost_s = (sum(self._blocking_ns) + self._deferred.total_wait_ns) / len(self._blocking_ns) / 1e9
         interval_s = _core.young_interval_s(cost_s, float(mtbf_s))
         out = {"blocking_s": cost_s, "mtbf_s": float(mtbf_s), "interval_s": interval_s,
                "overhead_pct": 100.0 * cost_s / interval_s if interval_s > 0 else 0.0}
@@ -358,7 +731,9 @@ class Checkpointer:
 
     def _on_sigterm(self, signum, frame) -> None:
         prev = self._prev_sigterm
-        committed = self._core.wait_for(self._grace_s)
+        deadline = time.monotonic() + self._grace_s
+        copied = self._deferred.wait(self._grace_s)  # guarded saves: their copies, then commits
+        committed = copied and self._core.wait_for(max(0.0, deadline - time.monotonic()))
         self._restore_sigterm()
         if callable(prev):
             prev(signum, frame)
@@ -368,6 +743,7 @@ class Checkpointer:
         if not committed:
             os._exit(143)  # the writer would hold up a normal exit; the tmp dir is ignored
         self._closed = True
+        self._deferred.close()
         self._core.close()
         raise SystemExit(143)
 

@@ -63,7 +63,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _core
-from .checkpoint import CheckpointWarning, _fetch_verified, _is_remote
+from .checkpoint import (CheckpointWarning, _Deferred, _DeviceStaging, _Job, _fetch_verified,
+                         _guard_optimizers, _guarded_storages, _is_guarded, _is_remote)
 from .errors import (CorruptionError, InternalError, InvalidArgumentError, NotFoundError,
                      UnavailableError, UnimplementedError)
 
@@ -615,6 +616,8 @@ class DistCheckpointer:
         self._failed_seq = 0  # saves up to this one failed and were reported: not waited for
         self._durable_ns: Dict[int, int] = {}  # seq -> save call to global commit (rank 0)
         self._blocking_ns: List[int] = []
+        self._staging = _DeviceStaging()  # guarded CUDA pieces: D2H on a side stream
+        self._deferred = _Deferred(copy_threads)  # guarded pieces: copied after save returns
         self._queue: "queue.Queue[Optional[Tuple[int, int, int]]]" = queue.Queue()
         self._thread = None
         if self.rank == 0:
@@ -639,13 +642,16 @@ class DistCheckpointer:
         than later ones."""
         with _core.Phase("checkpoint_prepare", "checkpoint"):
             items, _ = _collect(state)
-            specs, _, _ = self._plan(items)
+            specs, _, _, _ = self._plan(items)
             self._core.prepare([s[2] for s in specs])
 
-    def _plan(self, items: Dict[str, _Item]):
-        """(engine specs, piece records, tensors kept alive) this rank writes."""
+    def _plan(self, items: Dict[str, _Item], keys: Optional[set] = None):
+        """(engine specs, piece records, tensors kept alive, deferred) this rank
+        writes; deferred: (spec index, tensor) of the contiguous pieces that live
+        in a storage of ``keys`` (a guard's), left to the background copy (their
+        spec has no data)."""
         owners = self._owners_for(items)
-        specs, pieces, keep = [], [], []
+        specs, pieces, keep, deferred = [], [], [], []
         for item in items.values():
             if item.replicated and owners[item.fqn] != self.rank:
                 continue
@@ -655,29 +661,47 @@ class DistCheckpointer:
                 if _volume(lengths) == 0:
                     continue
                 t = t.detach()
-                if t.device.type != "cpu":
-                    t = t.cpu()  # untested here (no GPU): a blocking device->host copy
-                t = t.contiguous()
+                later = bool(keys) and t.is_contiguous() and _is_guarded(t, keys)
+                if not later:
+                    if t.device.type != "cpu":
+                        t = t.cpu()  # untested here (no GPU): a blocking device->host copy
+                    t = t.contiguous()
                 keep.append(t)
                 nbytes = t.numel() * t.element_size()
                 pieces.append({"fqn": item.fqn, "index": len(specs), "offsets": list(offsets),
                                "lengths": list(lengths)})
-                specs.append((f"{item.fqn}@{','.join(map(str, offsets))}", t.data_ptr(), nbytes,
-                              item.dtype, list(lengths), "cpu"))
-        return specs, pieces, keep
+                if later:
+                    deferred.append((len(specs), t))
+                specs.append((f"{item.fqn}@{','.join(map(str, offsets))}",
+                              0 if later else t.data_ptr(), nbytes, item.dtype, list(lengths),
+                              "cpu"))
+        return specs, pieces, keep, deferred
 
-    def save(self, state: Any, step: int) -> bool:
+    def save(self, state: Any, step: int, *, guard: Any = None) -> bool:
         """Snapshots this rank's part of ``state`` as checkpoint ``step`` and
         returns once it is copied (True). Every rank must call it with the
-        same steps in the same order."""
+        same steps in the same order.
+
+        ``guard``: a torch.optim.Optimizer or a list of them (torch >= 2.0), as
+        saturate.Checkpointer.save: this rank's pieces that live in the
+        optimizers' params or state (a DTensor's local shard included) are
+        copied after save returns, and the optimizers' next step() waits for
+        those copies. Between save(guard=opt) and opt.step() only the
+        optimizer may write those tensors."""
         self._raise_error()
+        self._deferred.raise_error()
         if self._closed:
             raise InvalidArgumentError("save() after close()")
         start = time.perf_counter_ns()
         step = int(step)
+        opts = None
+        if guard is not None:
+            opts = _guard_optimizers(guard)
+            self._deferred.protect(opts)
         with _Span("checkpoint_save", step, self._seq + 1):
             items, ids = _collect(state)
-            specs, pieces, keep = self._plan(items)
+            keys = _guarded_storages(opts) if opts is not None else None
+            specs, pieces, keep, deferred = self._plan(items, keys)
             self._seq += 1
             meta = {
                 "format": _RANK_FORMAT, "version": 1, "session": self.session, "seq": self._seq,
@@ -688,13 +712,33 @@ class DistCheckpointer:
                             for i in items.values()},
                 "structure": _structure_bytes(state, ids),
             }
-            self._core.save(step, specs, pickle.dumps(meta, protocol=4))  # on_busy "wait": True
+            blob = pickle.dumps(meta, protocol=4)
+            if deferred:
+                self._save_deferred(step, specs, blob, deferred)
+            else:
+                self._core.save(step, specs, blob)  # on_busy "wait": True
             del keep
         self._last = (step, self._seq)
         if self._thread is not None:
             self._queue.put((step, self._seq, start))
         self._blocking_ns.append(time.perf_counter_ns() - start)
         return True
+
+    def _save_deferred(self, step: int, specs, blob: bytes, deferred) -> None:
+        """Begin copies the unguarded pieces now; the guarded ones are copied
+        (host) or waited for (device, D2H on the side stream) by the
+        background thread, which then commits the rank's snapshot."""
+        pending = self._core.begin(step, specs)  # on_busy "wait": never None
+        on_device = [(i, t) for i, t in deferred if t.device.type == "cuda"]
+        event = device = None
+        if on_device:
+            event = self._staging.copy(pending, [], on_device)
+            device = on_device[0][1].device
+        host = [(pending.destination(i), t.data_ptr(), specs[i][2]) for i, t in deferred
+                if t.device.type == "cpu"]
+        self._deferred.submit(_Job(step, self._seq, host, event, device,
+                                   lambda: self._core.commit(pending, blob),
+                                   [t for _, t in deferred]))
 
     # ---- the coordinator (rank 0) ----
 
@@ -811,6 +855,8 @@ class DistCheckpointer:
     def wait(self, timeout_s: Optional[float] = None) -> None:
         """Blocks until this rank's saves are written and the last save is
         globally committed (its manifest renamed into place); raises a failure."""
+        self._deferred.wait()  # guarded saves: copied and handed to the engine first
+        self._deferred.raise_error()
         self._core.wait()
         if self._last is None:
             self._raise_error()
@@ -848,6 +894,7 @@ class DistCheckpointer:
             if self._thread is not None:
                 self._queue.put(None)
                 self._thread.join()
+            self._deferred.close()
             self._core.close()
 
     def __enter__(self) -> "DistCheckpointer":
@@ -859,9 +906,15 @@ class DistCheckpointer:
     def stats(self) -> Dict[str, Any]:
         """The engine's counters for this rank, plus ``blocking_ns`` (the last
         save's time in save()) and, on rank 0, ``durable_ns`` (the last
-        committed save: from its save() call to its manifest's rename)."""
+        committed save: from its save() call to its manifest's rename).
+        Guarded saves add ``guard_wait_ns`` (the optimizer hooks' wait for
+        the last guarded save), ``total_guard_wait_ns``, ``blocked_ns``
+        (blocking_ns + guard_wait_ns), ``deferred_bytes``, ``deferred_copy_ns``
+        and ``guard_saves``, as saturate.Checkpointer.stats."""
         s = self._core.stats()
         s["blocking_ns"] = self._blocking_ns[-1] if self._blocking_ns else 0
+        s.update(self._deferred.last_stats())
+        s["blocked_ns"] = s["blocking_ns"] + s["guard_wait_ns"]
         s["durable_ns"] = self._durable_ns[max(self._durable_ns)] if self._durable_ns else None
         return s
 

@@ -2,6 +2,7 @@
 
 import os
 import random
+import re
 import resource
 import signal
 import subprocess
@@ -359,3 +360,220 @@ def test_kill_9_at_random_points_always_resumes_from_the_newest_good_checkpoint(
     reference = run_python([WORKER, str(tmp_path / "ref"), digits, "--total", str(total), "--no-save"])
     assert resumed.returncode == 0 and reference.returncode == 0, resumed.stderr + reference.stderr
     assert resumed.stdout.splitlines()[-1] == reference.stdout.splitlines()[-1]
+
+
+# ---- save(guard=optimizer): the optimizer's tensors copied after save returns ----
+
+HAS_STEP_HOOK = hasattr(torch.optim.Optimizer, "register_step_pre_hook")  # torch >= 2.0
+
+
+@pytest.fixture
+def torch2(request, tmp_path):
+    """True: run the test body here. Without Optimizer.register_step_pre_hook
+    (torch 1.13), the test runs in the torch 2 interpreter instead
+    (SATURATE_TORCH2_PYTHON) and the body here returns at once."""
+    if HAS_STEP_HOOK:
+        return True
+    from conftest import torch2_python, torchrun_env
+
+    env = torchrun_env(tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], HERE])
+    r = subprocess.run([torch2_python(), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        f"{request.node.fspath}::{request.node.name}"],
+                       env=env, cwd=HERE, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout, r.stdout[-2000:]
+    return False
+
+
+def slow_copies(monkeypatch, delay_s):
+    """The background copy starts `delay_s` late; returns the times copies ended."""
+    done = []
+    real = saturate.checkpoint._copy_pieces
+
+    def slow(pieces, threads):
+        time.sleep(delay_s)
+        real(pieces, threads)
+        done.append(time.perf_counter())
+
+    monkeypatch.setattr(saturate.checkpoint, "_copy_pieces", slow)
+    return done
+
+
+def small_training():
+    """A model with BatchNorm (buffers forward changes), Adam after one step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.BatchNorm1d(32),
+                                torch.nn.Linear(32, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    x = torch.randn(16, 8)
+    model(x).sum().backward()
+    opt.step()
+    return model, opt, x
+
+
+def test_guard_on_torch_without_step_hooks_names_the_version(tmp_path, monkeypatch):
+    model, opt, _ = small_training()
+    with saturate.Checkpointer(tmp_path) as ckpt:
+        with pytest.raises(saturate.errors.InvalidArgumentError, match="torch.optim.Optimizer"):
+            ckpt.save({"x": torch.ones(2)}, 1, guard=model)
+        if HAS_STEP_HOOK:
+            monkeypatch.delattr(torch.optim.Optimizer, "register_step_pre_hook")
+        with pytest.raises(saturate.errors.UnimplementedError,
+                           match=r"torch >= 2\.0.*this is torch " + re.escape(torch.__version__)):
+            ckpt.save({"model": model.state_dict()}, 1, guard=opt)
+        assert ckpt.stats()["saves"] == 0
+
+
+def test_guarded_save_returns_before_the_copy_and_step_waits_for_it(tmp_path, monkeypatch,
+                                                                     torch2):
+    """The optimizer steps and forward updates BatchNorm's running stats right
+    after save: the checkpoint still holds the values at save time."""
+    if not torch2:
+        return
+    model, opt, x = small_training()
+    big = torch.nn.Parameter(torch.full((4 << 20,), 7.0))  # 16 MiB, in the guard's state too
+    opt.add_param_group({"params": [big]})
+    state = {"model": model.state_dict(), "optim": opt.state_dict(), "big": big,
+             "extra": torch.arange(5.0), "step": 1}
+    want = {"model": type(state["model"])((k, v.clone()) for k, v in state["model"].items()),
+            "big": big.detach().clone()}
+    want_optim = {i: {k: v.clone() for k, v in s.items()} for i, s in opt.state_dict()["state"].items()}
+    done = slow_copies(monkeypatch, 0.4)
+    with saturate.Checkpointer(tmp_path) as ckpt:
+        t0 = time.perf_counter()
+        assert ckpt.save(state, 1, guard=opt) is True
+        returned = time.perf_counter()
+        assert not done, "save waited for the guarded copy"
+        model(x).sum().backward()  # BatchNorm's running stats change (not guarded)
+        big.grad = torch.ones_like(big)
+        state["extra"].add_(100)  # not guarded: copied inside save
+        opt.step()  # the hook waits for the copy first
+        stepped = time.perf_counter()
+        assert done and done[0] <= stepped
+        s = ckpt.stats()
+        assert s["guard_saves"] == 1 and s["blocking_ns"] < (done[0] - t0) * 1e9
+        assert s["guard_wait_ns"] >= 0.1e9, s  # the step waited for the slow copy
+        assert s["blocked_ns"] == s["blocking_ns"] + s["guard_wait_ns"]
+        assert s["total_guard_wait_ns"] == s["guard_wait_ns"]
+        assert returned - t0 < 0.4
+        ckpt.wait()
+        assert ckpt.stats()["deferred_copy_ns"] >= 0.4e9
+        assert ckpt.advise_interval(3600)["blocking_s"] == pytest.approx(
+            s["blocked_ns"] / 1e9)
+    assert not torch.equal(big.detach(), want["big"])  # the step did change them
+    back = saturate.Checkpointer.load(tmp_path)
+    assert_same(want["model"], back["model"])
+    assert torch.equal(back["big"], want["big"]) and back["step"] == 1
+    assert torch.equal(back["extra"], torch.arange(5.0))
+    for i, st in want_optim.items():
+        for k, v in st.items():
+            assert torch.equal(back["optim"]["state"][i][k], v), (i, k)
+
+
+def test_guard_defers_exactly_the_optimizers_tensors(tmp_path, torch2):
+    """Parameters reached through model.state_dict() (aliases) and the
+    optimizer's state are deferred; buffers, other tensors and numpy are not."""
+    if not torch2:
+        return
+    model, opt, x = small_training()
+    owned = [p for p in model.parameters()] + [
+        v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    want = sum(t.numel() * t.element_size() for t in owned)
+    state = {"model": model.state_dict(), "optim": opt.state_dict(), "np": np.ones(3),
+             "t": torch.ones(3), "view": model[0].weight.detach().t()}  # a copy: not deferred
+    with saturate.Checkpointer(tmp_path) as ckpt:
+        ckpt.save(state, 1, guard=[opt])
+        ckpt.wait()
+        s = ckpt.stats()
+        assert s["deferred_bytes"] == want and s["commits"] == 1
+        ckpt.save(state, 2)  # no guard: as before, nothing deferred
+        ckpt.wait()
+        assert ckpt.stats()["deferred_bytes"] == want and ckpt.stats()["guard_saves"] == 1
+    expected = dict(state, view=state["view"].contiguous())
+    assert_same(expected, saturate.Checkpointer.load(tmp_path))
+
+
+def test_guarded_saves_wait_close_load_state_dict_and_failures(tmp_path, monkeypatch, torch2):
+    if not torch2:
+        return
+    model, opt, x = small_training()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    done = slow_copies(monkeypatch, 0.3)
+    with saturate.Checkpointer(tmp_path, keep=5) as ckpt:
+        ckpt.save({"model": model.state_dict(), "step": 1}, 1, guard=opt)
+        ckpt.wait()  # waits for the copy, then the commit
+        assert done and ckpt.stats()["commits"] == 1
+        ckpt.save({"model": model.state_dict(), "step": 2}, 2, guard=opt)
+        if hasattr(opt, "register_load_state_dict_pre_hook"):  # torch >= 2.3
+            opt.load_state_dict(opt.state_dict())  # waits for the copy too
+            assert len(done) == 2 and ckpt.stats()["guard_wait_ns"] > 0
+        ckpt.wait()
+        # A copy that fails: raised by the next wait(); the slot comes back.
+        monkeypatch.setattr(saturate.checkpoint, "_copy_pieces",
+                            lambda pieces, threads: (_ for _ in ()).throw(OSError("copy broke")))
+        ckpt.save({"model": model.state_dict(), "step": 3}, 3, guard=opt)
+        with pytest.raises(OSError, match="copy broke"):
+            ckpt.wait()
+        monkeypatch.undo()
+        ckpt.save({"model": model.state_dict(), "step": 4}, 4, guard=opt)
+        opt.step()
+    assert [s for s, _ in saturate.Checkpointer.list(tmp_path)] == [4, 2, 1]
+    back = saturate.Checkpointer.load(tmp_path)
+    assert back["step"] == 4 and all(torch.equal(back["model"][k], before[k]) for k in before)
+    # close() waits for a copy still running (and removes the hooks).
+    ckpt = saturate.Checkpointer(tmp_path / "c2")
+    done = slow_copies(monkeypatch, 0.3)
+    ckpt.save({"model": model.state_dict()}, 1, guard=opt)
+    ckpt.close()
+    assert done and saturate.Checkpointer.load(tmp_path / "c2") is not None
+    assert not opt._optimizer_step_pre_hooks
+
+
+GUARD_LOOP = r"""
+import sys, time, torch, saturate
+ckpt = saturate.Checkpointer(sys.argv[1], keep=2)
+w = torch.nn.Parameter(torch.zeros(int(sys.argv[2])))
+opt = torch.optim.SGD([w], lr=1.0)
+w.grad = torch.full_like(w, -1.0)  # each step adds 1
+print("ready", flush=True)
+step = 0
+while True:
+    step += 1
+    ckpt.save({"w": w, "step": step}, step, guard=opt)  # w == step - 1 everywhere
+    opt.step()
+    print("saved", step, ckpt.stats()["last_committed_step"], flush=True)
+"""
+
+
+def test_kill_9_during_guarded_saves_leaves_whole_checkpoints(tmp_path):
+    """kill -9 at random moments of a loop that steps right after each guarded
+    save: the newest checkpoint that loads holds exactly its step's values."""
+    python = sys.executable if HAS_STEP_HOOK else None
+    if python is None:
+        from conftest import torch2_python, torchrun_env
+
+        python, env = torch2_python(), torchrun_env(tmp_path)
+    else:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    rng = random.Random(int(os.environ.get("SATURATE_KILL_SEED", "30")))
+    d = str(tmp_path / "ckpt")
+    loaded = []
+    for trial in range(4):
+        proc = subprocess.Popen([python, "-c", GUARD_LOOP, d, str(4 << 20)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        time.sleep(rng.uniform(0.05, 0.6))
+        proc.kill()
+        out = proc.communicate()[0].splitlines()
+        committed = [int(l.split()[2]) for l in out if l.startswith("saved") and l.split()[2] != "None"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CheckpointWarning)
+            state = saturate.Checkpointer.load(d)
+        if state is None:
+            assert not committed
+            continue
+        assert state["step"] >= max(committed, default=0)
+        assert bool((state["w"] == state["step"] - 1).all()), (trial, state["step"])
+        loaded.append(state["step"])
+    assert loaded, "no checkpoint committed in any trial"

@@ -33,9 +33,12 @@ from conftest import (HERE, kill_group, saturate_cmd, start_torchrun as start,  
                       torch2_python, torchrun_env, torchrun_job)
 
 WORKER = os.path.join(HERE, "checkpoint_dist_worker.py")
+GUARD_WORKER = os.path.join(HERE, "checkpoint_guard_worker.py")
 TIMEOUT = 120
 sys.path.insert(0, HERE)
 import checkpoint_dist_worker as W  # noqa: E402
+import checkpoint_guard_worker as GW  # noqa: E402
+from test_checkpoint import slow_copies, torch2  # noqa: E402,F401 (torch2: a fixture)
 
 
 # ---- pure functions ----
@@ -168,6 +171,35 @@ def test_pieces_that_do_not_tile_a_tensor_fail_the_commit_not_the_previous_check
     ckpt.close()
     assert [s for s, _ in dc.list_checkpoints(d)] == [1]
     assert dc.load(d, info=True)[1]["step"] == 1
+
+
+def test_one_process_guarded_save_holds_the_values_before_the_step(tmp_path, monkeypatch, torch2):
+    """save(guard=opt): the guarded pieces (a parameter, a Shard of one) are
+    copied after save returns; the step right after waits for them; the buffer
+    changed after save is saved as it was."""
+    if not torch2:
+        return
+    done = slow_copies(monkeypatch, 0.3)
+    w = torch.nn.Parameter(torch.arange(12.0).reshape(3, 4))
+    piece = torch.nn.Parameter(torch.ones(2, 2))
+    buf = torch.zeros(3)
+    opt = torch.optim.SGD([w, piece], lr=1.0)
+    d = str(tmp_path / "ck")
+    with dc.DistCheckpointer(d) as ckpt:
+        state = {"w": w, "piece": dc.Shard(piece, [0, 0], [2, 2]), "buf": buf, "step": 1}
+        assert ckpt.save(state, 1, guard=opt)
+        assert not done, "save waited for the guarded copy"
+        buf.add_(5)
+        w.grad, piece.grad = torch.ones_like(w), torch.ones_like(piece)
+        opt.step()
+        assert done
+        s = ckpt.stats()
+        assert s["guard_wait_ns"] >= 0.1e9 and s["deferred_bytes"] == (12 + 4) * 4, s
+        assert s["blocked_ns"] == s["blocking_ns"] + s["guard_wait_ns"]
+    back = dc.load(d)
+    assert torch.equal(back["w"], torch.arange(12.0).reshape(3, 4))
+    assert torch.equal(back["piece"], torch.ones(2, 2)) and torch.equal(back["buf"], torch.zeros(3))
+    assert torch.equal(w.detach(), torch.arange(12.0).reshape(3, 4) - 1)  # the step did run
 
 
 # ---- torchrun ----
@@ -313,3 +345,24 @@ def test_doctor_names_the_rank_each_save_waited_for(tmp_path):
         assert "rank 0 waited" in line["text"] and "at the commit barrier" in line["text"]
     html = (run_dir / "report.html").read_text()
     assert evidence["save_2_others_waited_ms"]["text"] in html
+
+
+def test_torchrun_2_ranks_guarded_saves_hold_each_steps_values(tmp_path):
+    """2 ranks, an FSDP2-like DTensor parameter, save(guard=opt) and the step
+    right after (the guarded copies delayed 200 ms): every kept checkpoint
+    holds its save's values on both ranks' pieces, and each rank's step waited."""
+    d, out = tmp_path / "ck", tmp_path / "out"
+    out.mkdir()
+    run(tmp_path, torchrun_job(2, GUARD_WORKER, str(d), str(out), "--steps", "3"))
+    assert [s for s, _ in dc.list_checkpoints(str(d))] == [3, 2, 1]
+    for step in (1, 2, 3):
+        state = dc.load(str(d), step=step)
+        want = GW.expected(step, 2)
+        assert torch.equal(state["model"]["w"], want["model/w"]), step
+        assert torch.equal(state["model"]["b"], want["model/b"]), step
+        assert torch.equal(state["model"]["buf"], want["model/buf"]), step
+        assert state["step"] == step
+    for r in range(2):
+        got = json.loads((out / f"guard-rank{r}.json").read_text())
+        assert all(n > 0 for n in got["deferred_bytes"]), got  # each rank's w shard at least
+        assert all(ns >= 50e6 for ns in got["guard_wait_ns"]), got
