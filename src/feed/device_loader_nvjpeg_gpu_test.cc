@@ -11,7 +11,8 @@
 // upsampling) and the kernel resizes from there. Both approximate the same
 // filtered image; they part mostly at hard edges (a disc in the test images)
 // where chroma upsampling and the scaled IDCT's implicit box filter differ.
-// Measured on an H100 (nvJPEG 13.3, hardware backend): see docs/gpu.md.
+// The tests print the measured differences; the bounds are first estimates
+// (not yet run on a GPU when written) to be tightened from those numbers.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
