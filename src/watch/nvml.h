@@ -7,23 +7,25 @@
 // why, and the caller reports zero GPUs.
 //
 // Every metric is optional: a GPU or driver that lacks a function, or answers
-// NOT_SUPPORTED or any other error for it, leaves that field empty.
+// NOT_SUPPORTED or any other error for it, leaves that field empty. A GPU
+// that falls off the bus (NVML_ERROR_GPU_IS_LOST) is reported as `lost` in
+// its samples from then on, without calling the driver for it again; the
+// other GPUs keep being sampled.
 //
 // GPU activity counters (GPM: SM active, occupancy, tensor and other pipes,
 // DRAM bandwidth, PCIe and NVLink rates; Hopper and later, driver R520+) come
 // from two GPM samples: Nvml keeps the previous sample of each GPU that
 // supports GPM and computes the metrics over the span between consecutive
 // Sample() calls (at least gpm_min_interval_ns apart; a call sooner leaves
-// them empty and keeps the older sample, as does a failed computation). A GPU
-// that falls off the bus (NVML_ERROR_GPU_IS_LOST) is reported as `lost` in
-// its samples from then on, without calling the driver for it again; the
-// other GPUs keep being sampled.
+// them empty and keeps the older sample, as does a failed computation).
 //
 // Ownership: an Nvml owns the dlopen handle, the NVML initialization, the
 // XID event set and the GPM sample buffers; its destructor frees the buffers
-// and the event set, calls nvmlShutdown and dlcloses the library. Samples are plain values.
+// and the event set, calls nvmlShutdown and dlcloses the library. Samples
+// are plain values.
 // Thread-safety: Nvml is not thread-safe. Sample()/SampleAll() keep
-// per-device state (last utilization timestamps, pending XID events), so
+// per-device state (last utilization timestamps, pending XID events, the
+// previous GPM sample), so
 // call them from one thread at a time. The const accessors may be called
 // concurrently with each other once Load() has returned. Construction and
 // destruction must not race with any other call.
