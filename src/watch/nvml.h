@@ -25,9 +25,9 @@
 // are plain values.
 // Thread-safety: Nvml is not thread-safe. Sample()/SampleAll() keep
 // per-device state (last utilization timestamps, pending XID events, the
-// previous GPM sample), so
-// call them from one thread at a time. The const accessors may be called
-// concurrently with each other once Load() has returned. Construction and
+// previous GPM sample), so call them from one thread at a time. The const
+// accessors may be called concurrently with each other once Load() has
+// returned; set_gpm_min_interval_ns() is not const. Construction and
 // destruction must not race with any other call.
 #ifndef SATURATE_WATCH_NVML_H_
 #define SATURATE_WATCH_NVML_H_
