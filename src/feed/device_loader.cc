@@ -17,6 +17,7 @@
 #include "feed/image_deferral.h"
 #include "feed/sample_plan.h"
 #include "saturate/format/reader.h"
+#include "saturate/trace/trace.h"
 
 namespace saturate::feed {
 namespace {
@@ -404,6 +405,7 @@ class DeviceLoader::Impl {
     SATURATE_RETURN_IF_ERROR(gpu.Record(buffer.ready, copy_stream_));
     h2d_batches_.fetch_add(1);
     if (mode_ == DecodeMode::kAuto && deferral_ != nullptr) UpdateSplit();
+    if (deferral_ != nullptr && trace::Enabled()) TraceDecode();
     e->batch.epoch_ = e->host.epoch();
     e->batch.index_ = e->host.index();
     e->batch.size_ = e->host.size();
@@ -518,6 +520,26 @@ class DeviceLoader::Impl {
     return Status::OK();
   }
 
+  // Once a second while tracing: the GPU decode's counters and split, for
+  // watch and doctor ("loader_decode" records beside the host's "loader").
+  void TraceDecode() {
+    const int64_t now = trace::NowNs();
+    if (now - last_trace_ns_ < 1'000'000'000) return;
+    last_trace_ns_ = now;
+    std::lock_guard<std::mutex> lock(decode_mu_);
+    auto i = [](uint64_t v) { return static_cast<int64_t>(v); };
+    trace::RecordCounters(
+        "loader_decode",
+        {{"device", gpu_->index()},
+         {"auto", mode_ == DecodeMode::kAuto ? 1 : 0},
+         {"gpu_decoded", i(gpu_decoded_)},
+         {"gpu_decode_ns", i(gpu_decode_ns_)},
+         {"gpu_decode_fallbacks", i(gpu_fallbacks_)},
+         {"gpu_permille", static_cast<int64_t>(std::lround(deferral_->fraction() * 1000))},
+         {"cpu_per_s_per_thread", static_cast<int64_t>(split_.cpu_images_per_s_per_thread())},
+         {"gpu_per_s", static_cast<int64_t>(split_.gpu_images_per_s())}});
+  }
+
   // decode="auto": feeds the last batch's rates to the split controller.
   void UpdateSplit() {
     const LoaderStats h = host_->stats();
@@ -580,6 +602,7 @@ class DeviceLoader::Impl {
   DecodeSplit split_;
   uint64_t gpu_decoded_ = 0, gpu_decode_ns_ = 0, gpu_fallbacks_ = 0;
   uint64_t split_samples_ = 0, split_decode_ns_ = 0, split_gpu_images_ = 0, split_gpu_ns_ = 0;
+  int64_t last_trace_ns_ = 0;  // consumer thread's
   std::unique_ptr<Loader> host_;
   std::shared_ptr<DevicePool> pool_;
   device::Stream copy_stream_ = nullptr;
