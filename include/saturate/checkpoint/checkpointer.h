@@ -42,8 +42,11 @@
 // (one process) writes a directory at a time.
 //
 // Thread-safety: Save()/Begin()/Commit()/Wait()/Close() are called from one
-// thread (the training loop); stats() from any thread. The static functions
-// are independent and thread-safe.
+// thread (the training loop); stats() from any thread. One exception: the
+// Commit() of a PendingSave may come from another thread (the one that filled
+// it; Python's guarded saves do), concurrently with the training thread's
+// calls, as long as it comes before Close(). The static functions are
+// independent and thread-safe.
 #ifndef SATURATE_CHECKPOINT_CHECKPOINTER_H_
 #define SATURATE_CHECKPOINT_CHECKPOINTER_H_
 
