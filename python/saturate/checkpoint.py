@@ -708,7 +708,8 @@ class Checkpointer:
             raise RuntimeError("advise_interval needs at least one save() to measure its cost")
         if mtbf_s <= 0:
             raise ValueError(f"mtbf_s must be > 0, got {mtbf_s}")
-        cost_s = (sum(self._blocking_ns) + self._deferred.total_wait_ns) / len(self._blocking_ns) / 1e9
+        blocked_ns = sum(self._blocking_ns) + self._deferred.total_wait_ns  # + guard hook waits
+        cost_s = blocked_ns / len(self._blocking_ns) / 1e9
         interval_s = _core.young_interval_s(cost_s, float(mtbf_s))
         out = {"blocking_s": cost_s, "mtbf_s": float(mtbf_s), "interval_s": interval_s,
                "overhead_pct": 100.0 * cost_s / interval_s if interval_s > 0 else 0.0}

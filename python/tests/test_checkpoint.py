@@ -438,7 +438,8 @@ def test_guarded_save_returns_before_the_copy_and_step_waits_for_it(tmp_path, mo
              "extra": torch.arange(5.0), "step": 1}
     want = {"model": type(state["model"])((k, v.clone()) for k, v in state["model"].items()),
             "big": big.detach().clone()}
-    want_optim = {i: {k: v.clone() for k, v in s.items()} for i, s in opt.state_dict()["state"].items()}
+    want_optim = {i: {k: v.clone() for k, v in s.items()}
+                  for i, s in opt.state_dict()["state"].items()}
     done = slow_copies(monkeypatch, 0.4)
     with saturate.Checkpointer(tmp_path) as ckpt:
         t0 = time.perf_counter()
@@ -566,7 +567,8 @@ def test_kill_9_during_guarded_saves_leaves_whole_checkpoints(tmp_path):
         time.sleep(rng.uniform(0.05, 0.6))
         proc.kill()
         out = proc.communicate()[0].splitlines()
-        committed = [int(l.split()[2]) for l in out if l.startswith("saved") and l.split()[2] != "None"]
+        committed = [int(l.split()[2]) for l in out
+                     if l.startswith("saved") and l.split()[2] != "None"]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CheckpointWarning)
             state = saturate.Checkpointer.load(d)
