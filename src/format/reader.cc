@@ -348,6 +348,12 @@ void Dataset::Prefetch(uint64_t index, uint64_t max_bytes) const {
   shard->file->Prefetch(e.offset, std::min(e.length, max_bytes));
 }
 
+void Dataset::PrefetchEntry(uint64_t index) const {
+  if (index >= total_records_ || source_) return;
+  const auto [shard, local] = Locate(index);
+  if (shard->file != nullptr) __builtin_prefetch(&shard->index[local]);
+}
+
 Result<Record> Dataset::Get(uint64_t index) const {
   if (index >= total_records_) {
     return Status::InvalidArgument("record " + std::to_string(index) + " out of range (dataset " +
