@@ -1,6 +1,11 @@
 #include "saturate/device/device.h"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+
+#ifdef SATURATE_WITH_CUDA
+#include "device/cuda/nvjpeg_decoder.h"
+#endif
 
 namespace saturate::device {
 namespace {
@@ -27,6 +32,24 @@ TEST(DeviceTest, ProbeReportsGpusOrSaysWhyNot) {
 TEST(DeviceTest, ProbingTwiceIsStable) {
   EXPECT_EQ(ProbeDevices().gpus.size(), ProbeDevices().gpus.size());
 }
+
+#ifdef SATURATE_WITH_CUDA
+// nvJPEG is optional at run time: where it cannot be loaded, the GPU decode
+// is Unavailable and the message names the library.
+TEST(NvJpegLoadTest, MissingLibraryIsUnavailableAndNamed) {
+  for (const char* name : {"libnvjpeg.so.13", "libnvjpeg.so"}) {
+    if (void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) {
+      dlclose(lib);
+      GTEST_SKIP() << name << " is loadable here";
+    }
+  }
+  auto decoder = cuda::OpenNvJpegDecoder(0);
+  ASSERT_FALSE(decoder.ok());
+  EXPECT_EQ(decoder.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(decoder.status().message().find("libnvjpeg.so.13"), std::string::npos)
+      << decoder.status().ToString();
+}
+#endif
 
 }  // namespace
 }  // namespace saturate::device
