@@ -531,6 +531,19 @@ def test_guarded_saves_wait_close_load_state_dict_and_failures(tmp_path, monkeyp
     assert not opt._optimizer_step_pre_hooks
 
 
+def test_guarded_save_skipped_while_its_copy_holds_the_slot(tmp_path, monkeypatch, torch2):
+    if not torch2:
+        return
+    model, opt, _ = small_training()
+    slow_copies(monkeypatch, 0.3)
+    with saturate.Checkpointer(tmp_path, on_busy="skip") as ckpt:
+        assert ckpt.save({"m": model.state_dict()}, 1, guard=opt) is True
+        assert ckpt.save({"m": model.state_dict()}, 2, guard=opt) is False  # copy 1 holds it
+        s = ckpt.stats()
+        assert s["skipped"] == 1 and s["guard_saves"] == 1
+    assert [s for s, _ in saturate.Checkpointer.list(tmp_path)] == [1]
+
+
 GUARD_LOOP = r"""
 import sys, time, torch, saturate
 ckpt = saturate.Checkpointer(sys.argv[1], keep=2)
