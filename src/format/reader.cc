@@ -329,7 +329,23 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, ReaderOpt
     ds->total_records_ += info.records;
     ds->shards_.push_back(std::move(shard));
   }
+  // 32 MiB of bits at most; a larger dataset re-checks every read.
+  constexpr uint64_t kMaxVerifiedRecords = uint64_t{1} << 28;
+  if (ds->options_.verify_checksums && ds->total_records_ <= kMaxVerifiedRecords) {
+    ds->verified_ = std::make_unique<std::atomic<uint64_t>[]>((ds->total_records_ + 63) / 64);
+  }
   return ds;
+}
+
+bool Dataset::Verified(uint64_t index) const {
+  return verified_ != nullptr &&
+         (verified_[index / 64].load(std::memory_order_relaxed) >> (index % 64)) & 1;
+}
+
+void Dataset::MarkVerified(uint64_t index) const {
+  if (verified_ != nullptr) {
+    verified_[index / 64].fetch_or(uint64_t{1} << (index % 64), std::memory_order_relaxed);
+  }
 }
 
 std::pair<const Dataset::Shard*, uint64_t> Dataset::Locate(uint64_t index) const {
@@ -368,11 +384,14 @@ Result<Record> Dataset::Get(uint64_t index) const {
   Record rec;
   std::vector<std::byte> scratch;
   SATURATE_ASSIGN_OR_RETURN(auto bytes, shard.file->Read(e.offset, e.length, &scratch));
-  Status st = options_.verify_checksums ? CheckRecordChecksum(bytes, e) : Status::OK();
-  if (st.ok()) st = CheckFieldTable(bytes, schema());
-  if (!st.ok()) {
-    return st.WithContext(dir_ + "/" + shard.name + ": record " + std::to_string(local) +
-                          " at offset " + std::to_string(e.offset));
+  if (!Verified(index)) {
+    Status st = options_.verify_checksums ? CheckRecordChecksum(bytes, e) : Status::OK();
+    if (st.ok()) st = CheckFieldTable(bytes, schema());
+    if (!st.ok()) {
+      return st.WithContext(dir_ + "/" + shard.name + ": record " + std::to_string(local) +
+                            " at offset " + std::to_string(e.offset));
+    }
+    MarkVerified(index);
   }
   if (!shard.file->mapped()) {
     // pread mode: the Record owns an aligned copy so typed views stay aligned.
