@@ -4,19 +4,13 @@
 
 #include <string>
 
+#include "device/cuda/cuda_util.h"
 #include "device/cuda/nvjpeg_decoder.h"
 #include "device/cuda/pixel_kernels.h"
 #include "saturate/device/device.h"
 
 namespace saturate::device::cuda {
 namespace {
-
-Status Check(cudaError_t err, const char* what, int index) {
-  if (err == cudaSuccess) return Status::OK();
-  cudaGetLastError();  // clear a non-sticky error so the next call starts clean
-  return Status::Internal(std::string(what) + " on cuda:" + std::to_string(index) + ": " +
-                          cudaGetErrorString(err));
-}
 
 PixelOut ToPixelOut(image::PixelType type) {
   switch (type) {
@@ -32,27 +26,6 @@ PixelOut ToPixelOut(image::PixelType type) {
   return PixelOut::kFloat32;
 }
 
-// Makes `index` the calling thread's current device for one call and puts
-// the caller's back afterwards: the consumer thread belongs to the training
-// framework, whose idea of the current device must not change under it.
-class DeviceScope {
- public:
-  explicit DeviceScope(int index) : index_(index) {
-    cudaGetDevice(&previous_);
-    status_ =
-        previous_ == index ? Status::OK() : Check(cudaSetDevice(index), "cudaSetDevice", index);
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0 && previous_ != index_ && status_.ok()) cudaSetDevice(previous_);
-  }
-  const Status& status() const { return status_; }
-
- private:
-  int index_;
-  int previous_ = -1;
-  Status status_;
-};
-
 class CudaGpu : public Gpu {
  public:
   explicit CudaGpu(int index) : index_(index) {}
@@ -65,7 +38,7 @@ class CudaGpu : public Gpu {
     void* p = nullptr;
     // Portable: pinned for every context, since the consumer may use another device too.
     SATURATE_RETURN_IF_ERROR(
-        Check(cudaHostAlloc(&p, bytes, cudaHostAllocPortable), "cudaHostAlloc", index_));
+        CudaCheck(cudaHostAlloc(&p, bytes, cudaHostAllocPortable), "cudaHostAlloc", index_));
     return p;
   }
   void FreePinned(void* ptr) override { cudaFreeHost(ptr); }
@@ -74,7 +47,7 @@ class CudaGpu : public Gpu {
     DeviceScope scope(index_);
     SATURATE_RETURN_IF_ERROR(scope.status());
     void* p = nullptr;
-    SATURATE_RETURN_IF_ERROR(Check(cudaMalloc(&p, bytes), "cudaMalloc", index_));
+    SATURATE_RETURN_IF_ERROR(CudaCheck(cudaMalloc(&p, bytes), "cudaMalloc", index_));
     return p;
   }
   void FreeDevice(void* ptr) override {
@@ -85,8 +58,8 @@ class CudaGpu : public Gpu {
     DeviceScope scope(index_);
     SATURATE_RETURN_IF_ERROR(scope.status());
     cudaStream_t s = nullptr;
-    SATURATE_RETURN_IF_ERROR(
-        Check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate", index_));
+    SATURATE_RETURN_IF_ERROR(CudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+                                       "cudaStreamCreate", index_));
     return static_cast<Stream>(s);
   }
   void DestroyStream(Stream stream) override {
@@ -100,7 +73,7 @@ class CudaGpu : public Gpu {
     cudaEvent_t e = nullptr;
     // Timing off: these events only order work, and timing makes them slower.
     SATURATE_RETURN_IF_ERROR(
-        Check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate", index_));
+        CudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate", index_));
     return static_cast<Event>(e);
   }
   void DestroyEvent(Event event) override {
@@ -111,7 +84,7 @@ class CudaGpu : public Gpu {
   Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream stream) override {
     DeviceScope scope(index_);
     SATURATE_RETURN_IF_ERROR(scope.status());
-    return Check(
+    return CudaCheck(
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)),
         "cudaMemcpyAsync", index_);
   }
@@ -131,13 +104,14 @@ class CudaGpu : public Gpu {
     // The CPU path's own constants, so both give the same bits.
     image::PixelAffine(spec.normalize ? spec.mean.data() : nullptr,
                        spec.normalize ? spec.std.data() : nullptr, a.scale, a.bias);
-    return Check(static_cast<cudaError_t>(LaunchConvertPixels(a, stream)), "pixel kernel", index_);
+    return CudaCheck(static_cast<cudaError_t>(LaunchConvertPixels(a, stream)), "pixel kernel",
+                     index_);
   }
 
   Status Record(Event event, Stream stream) override {
     DeviceScope scope(index_);
     SATURATE_RETURN_IF_ERROR(scope.status());
-    return Check(
+    return CudaCheck(
         cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)),
         "cudaEventRecord", index_);
   }
@@ -145,7 +119,7 @@ class CudaGpu : public Gpu {
   Status StreamWait(Stream stream, Event event) override {
     DeviceScope scope(index_);
     SATURATE_RETURN_IF_ERROR(scope.status());
-    return Check(
+    return CudaCheck(
         cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0),
         "cudaStreamWaitEvent", index_);
   }
@@ -153,7 +127,7 @@ class CudaGpu : public Gpu {
   Result<bool> Done(Event event) override {
     cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
     if (err == cudaErrorNotReady) return false;
-    SATURATE_RETURN_IF_ERROR(Check(err, "cudaEventQuery", index_));
+    SATURATE_RETURN_IF_ERROR(CudaCheck(err, "cudaEventQuery", index_));
     return true;
   }
 
@@ -162,8 +136,8 @@ class CudaGpu : public Gpu {
   }
 
   Status Synchronize(Event event) override {
-    return Check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize",
-                 index_);
+    return CudaCheck(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize",
+                     index_);
   }
 
  private:

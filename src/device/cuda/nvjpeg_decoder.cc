@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "device/cuda/cuda_util.h"
 #include "device/cuda/jpeg_resize.h"
 
 namespace saturate::device::cuda {
@@ -99,29 +100,6 @@ Result<const NvJpegApi*> LoadNvJpeg() {
   if (!status.ok()) return status;
   return &api;
 }
-
-Status CudaCheck(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::OK();
-  cudaGetLastError();
-  return Status::Internal(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
-class DeviceScope {
- public:
-  explicit DeviceScope(int index) : index_(index) {
-    cudaGetDevice(&previous_);
-    if (previous_ != index) status_ = CudaCheck(cudaSetDevice(index), "cudaSetDevice");
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0 && previous_ != index_ && status_.ok()) cudaSetDevice(previous_);
-  }
-  const Status& status() const { return status_; }
-
- private:
-  int index_;
-  int previous_ = -1;
-  Status status_;
-};
 
 constexpr size_t kScratchAlign = 256;
 constexpr size_t kMaxScratchBytes = size_t{1} << 30;  // decoded images held at once
@@ -216,7 +194,8 @@ class NvJpegDecoder : public JpegDecoder {
     }
     // Returns once the batch is decoded: the caller measures the rate, and a
     // failure inside a kernel surfaces here rather than on a later call.
-    return CudaCheck(cudaStreamSynchronize(cu_stream), "cudaStreamSynchronize after nvJPEG");
+    return CudaCheck(cudaStreamSynchronize(cu_stream), "cudaStreamSynchronize after nvJPEG",
+                     index_);
   }
 
  private:
@@ -229,12 +208,14 @@ class NvJpegDecoder : public JpegDecoder {
   Status GrowScratch(size_t bytes, cudaStream_t stream) {
     if (bytes <= scratch_bytes_) return Status::OK();
     if (scratch_ != nullptr) {
-      SATURATE_RETURN_IF_ERROR(CudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+      SATURATE_RETURN_IF_ERROR(
+          CudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize", index_));
       cudaFree(scratch_);
       scratch_ = nullptr;
       scratch_bytes_ = 0;
     }
-    SATURATE_RETURN_IF_ERROR(CudaCheck(cudaMalloc(&scratch_, bytes), "cudaMalloc(nvJPEG scratch)"));
+    SATURATE_RETURN_IF_ERROR(
+        CudaCheck(cudaMalloc(&scratch_, bytes), "cudaMalloc(nvJPEG scratch)", index_));
     scratch_bytes_ = bytes;
     return Status::OK();
   }
@@ -314,8 +295,8 @@ class NvJpegDecoder : public JpegDecoder {
       a.out_w = out_w;
       a.out_h = out_h;
       a.hflip = jobs[k].hflip;
-      SATURATE_RETURN_IF_ERROR(
-          CudaCheck(static_cast<cudaError_t>(LaunchCropResize(a, stream)), "crop-resize kernel"));
+      SATURATE_RETURN_IF_ERROR(CudaCheck(static_cast<cudaError_t>(LaunchCropResize(a, stream)),
+                                         "crop-resize kernel", index_));
     }
     return Status::OK();
   }
