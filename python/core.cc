@@ -578,6 +578,11 @@ class PyCheckpointer {
     if (pending->skipped()) return std::nullopt;
     return PyPendingSave{std::move(pending)};
   }
+  // `buffer`: a pending save's buffer address (PendingSave.buffer).
+  void PinForCuda(uintptr_t buffer, int cuda_device) {
+    ThrowIfError(WithoutGil(
+        [&] { return ckpt_->PinForCuda(reinterpret_cast<void*>(buffer), cuda_device); }));
+  }
   void Commit(PyPendingSave& p, const nb::bytes& metadata) {
     std::string meta(metadata.c_str(), metadata.size());
     ThrowIfError(WithoutGil([&] { return ckpt_->Commit(std::move(p.pending), meta); }));
@@ -892,6 +897,7 @@ NB_MODULE(_core, m) {
       .def("prepare", &PyCheckpointer::Prepare, "tensor_bytes"_a)
       .def("begin", &PyCheckpointer::Begin, "step"_a, "tensors"_a, nb::keep_alive<0, 1>())
       .def("commit", &PyCheckpointer::Commit, "pending"_a, "metadata"_a)
+      .def("pin_for_cuda", &PyCheckpointer::PinForCuda, "buffer"_a, "cuda_device"_a)
       .def("wait", &PyCheckpointer::Wait)
       .def("wait_for", &PyCheckpointer::WaitFor, "timeout_s"_a)
       .def("close", &PyCheckpointer::Close)

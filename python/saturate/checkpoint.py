@@ -61,7 +61,8 @@ import re
 import numpy as np
 
 from . import _core
-from .errors import CorruptionError, InvalidArgumentError, NotFoundError, UnimplementedError
+from .errors import (CorruptionError, Error, InvalidArgumentError, NotFoundError,
+                     UnimplementedError)
 
 __all__ = ["Checkpointer", "CheckpointWarning", "load"]
 
@@ -298,15 +299,29 @@ def _copy_pieces(pieces: Sequence[Tuple[int, int, int]], threads: int) -> None:
 class _DeviceStaging:
     """Device->host copies straight into a pool buffer, on a side stream."""
 
-    def __init__(self):
+    def __init__(self, core):
+        self.core = core  # the engine's Checkpointer, which page-locks its own buffers
         self.stream = None  # made on first use
-        self.pinned: set = set()  # pool buffers registered with CUDA
+        self.unpinned_reason: Optional[str] = None  # set when the engine cannot page-lock
 
-    def pin(self, ptr: int, nbytes: int) -> None:
-        if ptr not in self.pinned:
-            # Page-locked memory makes the copy a real async DMA at full speed.
-            _torch().cuda.cudart().cudaHostRegister(ptr, nbytes, 0)
-            self.pinned.add(ptr)
+    def pin(self, buffer: int, device) -> None:
+        """Page-locks a pool buffer, so the copy into it is a real async DMA at
+        full speed. The engine registers it once (through its own CUDA
+        runtime, which shares the driver's context with torch's) and
+        unregisters it before it frees it: a buffer unmapped while still
+        registered would leave a stale registration, and later memory at that
+        address (another library's staging buffer) would receive copies meant
+        for it. Without that (a build without CUDA) the copies still land,
+        through pageable memory, and a warning says so once."""
+        if self.unpinned_reason is not None:
+            return
+        index = device.index if device.index is not None else _torch().cuda.current_device()
+        try:
+            self.core.pin_for_cuda(buffer, index)
+        except Error as e:
+            self.unpinned_reason = str(e)
+            warnings.warn(f"checkpoint buffers are not page-locked, so device->host copies "
+                          f"are slower: {e}", CheckpointWarning, stacklevel=4)
 
     def copy(self, pending, now: Sequence[Tuple[int, Any]], later: Sequence[Tuple[int, Any]]):
         """Enqueues the D2H copies of (index, contiguous CUDA tensor) pairs into
@@ -315,7 +330,7 @@ class _DeviceStaging:
         marks the ``later`` copies done (None when there are none)."""
         torch = _torch()
         device = (now or later)[0][1].device
-        self.pin(pending.buffer, pending.buffer_bytes)
+        self.pin(pending.buffer, device)
         if self.stream is None:
             self.stream = torch.cuda.Stream(device=device)
         self.stream.wait_stream(torch.cuda.current_stream(device))
@@ -537,8 +552,7 @@ class Checkpointer:
                                         part_bytes=int(part_bytes))
         self._max_in_flight = int(max_in_flight)
         self._grace_s = float(grace_s)
-        self._staging = _DeviceStaging()  # CUDA side stream and the pinned pool buffers
-        self._pinned = self._staging.pinned
+        self._staging = _DeviceStaging(self._core)  # CUDA side stream, page-locking the pool
         self._deferred = _Deferred(copy_threads or max(1, min(4, os.cpu_count() or 1)))
         self._seq = 0  # saves taken (the `seq` of guarded saves' spans)
         self._blocking_ns: List[int] = []
@@ -622,11 +636,8 @@ class Checkpointer:
             _, f = _flatten(state)
             self._core.prepare([spec[2] for spec in f.specs])
             if f.cuda:
-                torch = _torch()
-                for ptr, nbytes in self._pool_buffers(f.specs):
-                    if ptr not in self._pinned:
-                        torch.cuda.cudart().cudaHostRegister(ptr, nbytes, 0)
-                        self._pinned.add(ptr)
+                for ptr, _ in self._pool_buffers(f.specs):
+                    self._staging.pin(ptr, f.cuda[0][1].device)
 
     def _pool_buffers(self, specs) -> List[Tuple[int, int]]:
         """(address, bytes) of the pool buffers saves of ``specs`` would use:

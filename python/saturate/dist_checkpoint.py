@@ -616,7 +616,7 @@ class DistCheckpointer:
         self._failed_seq = 0  # saves up to this one failed and were reported: not waited for
         self._durable_ns: Dict[int, int] = {}  # seq -> save call to global commit (rank 0)
         self._blocking_ns: List[int] = []
-        self._staging = _DeviceStaging()  # guarded CUDA pieces: D2H on a side stream
+        self._staging = _DeviceStaging(self._core)  # guarded CUDA pieces: D2H on a side stream
         self._deferred = _Deferred(copy_threads)  # guarded pieces: copied after save returns
         self._queue: "queue.Queue[Optional[Tuple[int, int, int]]]" = queue.Queue()
         self._thread = None

@@ -1,5 +1,7 @@
 """saturate.Checkpointer: round trip, exact resume, crash safety, failures, GIL-free writes."""
 
+import ctypes
+import gc
 import os
 import random
 import re
@@ -592,3 +594,42 @@ def test_kill_9_during_guarded_saves_leaves_whole_checkpoints(tmp_path):
         assert bool((state["w"] == state["step"] - 1).all()), (trial, state["step"])
         loaded.append(state["step"])
     assert loaded, "no checkpoint committed in any trial"
+
+
+def test_pinning_the_pool_without_a_gpu_is_a_clear_error(tmp_path):
+    try:
+        import torch
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    except ImportError:
+        pass
+    core = saturate.Checkpointer(str(tmp_path / "ck"))._core
+    x = np.zeros(8, np.float32)
+    pending = core.begin(0, [("x", x.ctypes.data, x.nbytes, x.dtype.str, [8], "cpu")])
+    with pytest.raises(saturate.errors.UnavailableError, match="cuda:0|GPU|CUDA"):
+        core.pin_for_cuda(pending.buffer, 0)
+    with pytest.raises(saturate.errors.InvalidArgumentError, match="not a checkpoint pool buffer"):
+        core.pin_for_cuda(pending.buffer + 64, 0)
+
+
+@pytest.mark.gpu
+def test_the_pool_is_page_locked_while_saving_and_unregistered_when_freed(tmp_path):
+    import torch
+    state = {"w": torch.randn(1 << 20, device="cuda"), "b": torch.randn(7, device="cuda")}
+    ckpt = saturate.Checkpointer(str(tmp_path / "ck"), prepare=state)
+    ckpt.save(state, 1)
+    ckpt.wait()
+    _, f = saturate.checkpoint._flatten(state)
+    buffers = ckpt._pool_buffers(f.specs)
+    assert buffers
+    for ptr, nbytes in buffers:
+        host = (ctypes.c_uint8 * 16).from_address(ptr)
+        assert torch.frombuffer(host, dtype=torch.uint8).is_pinned()
+    ckpt.close()
+    del ckpt
+    gc.collect()
+    # The engine unregistered them before unmapping: unregistering again fails.
+    for ptr, _ in buffers:
+        assert int(torch.cuda.cudart().cudaHostUnregister(ptr)) != 0
+    loaded = saturate.checkpoint.load(str(tmp_path / "ck"))
+    assert torch.equal(loaded["w"].cpu(), state["w"].cpu())

@@ -21,6 +21,7 @@
 #include "base/file.h"
 #include "checkpoint/buffer_pool.h"
 #include "checkpoint/format.h"
+#include "checkpoint/pinned_pool.h"
 #include "saturate/remote/url.h"
 #include "saturate/trace/trace.h"
 
@@ -408,7 +409,7 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(const std::string& dir,
     options.copy_threads =
         static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
   }
-  if (!options.allocator) options.allocator = PageAllocator();
+  if (!options.allocator) options.allocator = std::make_shared<PinnableAllocator>(PageAllocator());
   std::shared_ptr<remote::ObjectStore> store = std::move(options.store);
   options.store.reset();
   if (remote::IsRemoteUrl(dir)) {
@@ -567,6 +568,15 @@ Status Checkpointer::Commit(std::unique_ptr<PendingSave> pending, std::string_vi
   s.queue.push_back(std::move(job));
   s.cv.notify_all();
   return Status::OK();
+}
+
+Status Checkpointer::PinForCuda(void* buffer, int cuda_device) {
+  auto* pinnable = dynamic_cast<PinnableAllocator*>(impl_->options.allocator.get());
+  if (pinnable == nullptr) {
+    return Status::Unimplemented(
+        "the checkpoint pool has a custom allocator, which cannot be page-locked");
+  }
+  return pinnable->Pin(buffer, cuda_device);
 }
 
 Result<bool> Checkpointer::Save(uint64_t step, std::span<const TensorRef> tensors,

@@ -85,6 +85,12 @@ class Gpu {
 
   virtual Result<void*> AllocPinned(size_t bytes) = 0;  // page-locked host memory
   virtual void FreePinned(void* ptr) = 0;
+  // Page-locks host memory the caller allocated (cudaHostRegister, portable),
+  // so copies into it are DMA. It must be unregistered before it is unmapped:
+  // a stale registration keeps the old pages, and later memory at that
+  // address would receive copies meant for it.
+  virtual Status RegisterHost(void* ptr, size_t bytes) = 0;
+  virtual void UnregisterHost(void* ptr) = 0;
   virtual Result<void*> AllocDevice(size_t bytes) = 0;
   virtual void FreeDevice(void* ptr) = 0;
 

@@ -76,8 +76,8 @@ struct TensorRef {
 };
 
 // Where snapshot buffers come from. The default is page-aligned anonymous
-// memory (transparent huge pages when allowed); a CUDA build or the Python
-// layer can plug in pinned memory so device->host copies run at full speed.
+// memory (transparent huge pages when allowed) that PinForCuda() can
+// page-lock later, so device->host copies run at full speed.
 // Calls come from the training thread and the writer thread, never at once
 // (the Checkpointer serializes them).
 class HostAllocator {
@@ -197,6 +197,12 @@ class Checkpointer {
   // Commit() queues the filled snapshot with its metadata.
   Result<std::unique_ptr<PendingSave>> Begin(uint64_t step, std::span<const TensorRef> tensors);
   Status Commit(std::unique_ptr<PendingSave> pending, std::string_view metadata);
+  // Page-locks the pool buffer a Begin() handed out (PendingSave::buffer())
+  // for CUDA device `cuda_device`, so device->host copies into it run as DMA;
+  // the pool unregisters it before it frees it. A no-op when already done.
+  // Unimplemented with a custom CheckpointOptions::allocator;
+  // Unavailable without CUDA.
+  Status PinForCuda(void* buffer, int cuda_device);
 
   // Waits until every queued write has committed or failed; returns the
   // first failure not yet reported.

@@ -42,6 +42,17 @@ class CudaGpu : public Gpu {
     return p;
   }
   void FreePinned(void* ptr) override { cudaFreeHost(ptr); }
+  Status RegisterHost(void* ptr, size_t bytes) override {
+    DeviceScope scope(index_);
+    SATURATE_RETURN_IF_ERROR(scope.status());
+    return CudaCheck(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable), "cudaHostRegister",
+                     index_);
+  }
+  void UnregisterHost(void* ptr) override {
+    if (DeviceScope scope(index_); scope.status().ok()) {
+      (void)CudaCheck(cudaHostUnregister(ptr), "cudaHostUnregister", index_);
+    }
+  }
 
   Result<void*> AllocDevice(size_t bytes) override {
     DeviceScope scope(index_);

@@ -110,6 +110,33 @@ Result<void*> FakeGpu::AllocPinned(size_t bytes) {
 
 void FakeGpu::FreePinned(void* ptr) { Release(ptr, &pinned_); }
 
+Status FakeGpu::RegisterHost(void* ptr, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // CUDA refuses a range that overlaps one already registered.
+  auto next = registered_.upper_bound(ptr);
+  if (next != registered_.end() && static_cast<std::byte*>(ptr) + bytes > next->first) {
+    return Status::Internal("cudaHostRegister: part or all of the range is already mapped");
+  }
+  if (next != registered_.begin()) {
+    auto prev = std::prev(next);
+    if (static_cast<std::byte*>(prev->first) + prev->second > ptr) {
+      return Status::Internal("cudaHostRegister: part or all of the range is already mapped");
+    }
+  }
+  registered_[ptr] = bytes;
+  return Status::OK();
+}
+
+void FakeGpu::UnregisterHost(void* ptr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (registered_.erase(ptr) == 0) std::abort();  // never registered: a bug in the caller
+}
+
+std::map<void*, size_t> FakeGpu::registered() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return registered_;
+}
+
 Result<void*> FakeGpu::AllocDevice(size_t bytes) {
   return Allocate(bytes, &device_, &counters_.device_allocs);
 }

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_set>
@@ -46,6 +47,10 @@ class FakeGpu : public device::Gpu {
   int index() const override { return 0; }
   Result<void*> AllocPinned(size_t bytes) override;
   void FreePinned(void* ptr) override;
+  Status RegisterHost(void* ptr, size_t bytes) override;
+  void UnregisterHost(void* ptr) override;
+  // Host ranges registered now: start -> bytes.
+  std::map<void*, size_t> registered() const;
   Result<void*> AllocDevice(size_t bytes) override;
   void FreeDevice(void* ptr) override;
   Result<Stream> CreateStream() override;
@@ -83,6 +88,7 @@ class FakeGpu : public device::Gpu {
   mutable std::mutex mu_;
   Counters counters_;
   std::unordered_set<void*> device_, pinned_;
+  std::map<void*, size_t> registered_;
 };
 
 }  // namespace saturate::testing
