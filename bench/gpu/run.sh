@@ -8,37 +8,49 @@
 #                                    # build/gpu-dry) and the CPU-runnable steps
 #
 # Steps (each timed; a failure is reported, later steps that do not need it still run, and
-# the exit code is 1 if any step failed):
+# the exit code is 1 if any step failed), most informative first:
 #   deps        check bench/gpu/.deps against its SHA256SUMS
 #   machine     GPU, driver, cores, compilers, Python packages (read only)
 #   unpack      dpkg -x the .debs into a prefix (/tmp/satdeps); repoint absolute symlinks and
-#               the .pc files into it; a pkg-config wrapper around the prefix's pkgconf
-#   configure   CMake Release, CUDA (sm_90), Python module, tests, bench -> build/gpu
-#   build       ninja, all cores
+#               the .pc files into it; a pkg-config wrapper around the prefix's pkgconf; the
+#               Boost headers and libnvjpeg (from the nvidia-nvjpeg wheel) beside them
+#   configure   CMake Release, CUDA (sm_90), Python module, tests, bench -> build/gpu, without
+#               libcurl, libarchive and libhdf5 (SATURATE_WITH_*=OFF: too many runtime libraries
+#               to carry; the GPU steps do not use s3://, tar shards or HDF5)
+#   build       only the tool, the module, h2d_bench and the GPU tests (gpu_test_targets.txt)
 #   provenance  every library CMake found lies in the prefix (--dry-run: also no header or
 #               library of those packages came from this machine's /usr)
-#   ctest-gpu   (a) ctest -L gpu
-#   sanitizer   (b) compute-sanitizer memcheck on device_loader_gpu_test (the CUDA path's tests)
-#   pytest-gpu  (c) pytest -m gpu python/tests
-#   h2d         (d) build/gpu/bench/h2d_bench --json -> h2d.json
-#   photos      (e) 3,000 ImageNet-like JPEGs (scripts/make-photo-dataset, from the carried
+#   ctest-gpu   ctest -L gpu (the CUDA loader, nvJPEG decode)
+#   pytest-gpu  pytest -m gpu python/tests (CUDA batches, both import orders, GPM counters,
+#               GPU decode, the checkpoint pool's page-locking)
+#   nvjpeg      device_loader_nvjpeg_gpu_test run directly: the pixel differences it prints
+#   photos      3,000 ImageNet-like JPEGs (scripts/make-photo-dataset, from the carried
 #               wallpapers)
-#   pack        (e) saturate pack folder -> a .sat dataset
-#   feed        saturate bench feed --device cuda vs --device cpu: the pipeline alone, no model
-#   train       (f) bench/gpu_train_bench.py: ResNet-50 with bf16 autocast fed by saturate,
+#   pack        saturate pack folder -> a .sat dataset
+#   feed        saturate bench feed --device cuda, CPU / GPU / auto decode, 2 threads and all,
+#               and --device cpu: the pipeline alone, no model
+#   example     examples/train_resnet18_photos.py as a user runs it (device="cuda"), 100 steps;
+#               if it dies, again under cuda-gdb for the native stacks
+#   checkpoint  bench/gpu_checkpoint_bench.py: saturate vs torch.save vs dcp.async_save while
+#               ResNet-50 and a 1.2 GiB GPT train -> checkpoint_bench.json
+#   matrix      bench/gpu_train_bench.py --matrix default: ResNet-50 / ResNet-18 fed from 2, 4
+#               and 8 cores, CPU vs GPU decode, DataLoader, DALI if installed, vs the
+#               GPU-resident ceiling -> matrix.json
+#   sanitizer   compute-sanitizer memcheck on device_loader_gpu_test
+#   h2d         build/gpu/bench/h2d_bench --json -> h2d.json
+#   train       bench/gpu_train_bench.py: ResNet-50 with bf16 autocast fed by saturate,
 #               DataLoader (normalizing on the CPU workers, and on the GPU) and GPU-resident
 #               synthetic data -> train_bench.json
-#   train-fp16  (f) the same with fp16 autocast + GradScaler, synthetic and saturate only:
-#               GradScaler reads found_inf on the host every step (a sync that idles the
-#               GPU while the host prepares the next step) -> train_bench_fp16.json
-#   example     examples/train_resnet18_photos.py as a user runs it (device="cuda" when
-#               torch sees a GPU), 100 steps on the photo set
-# --dry-run runs (a)-(d) only as far as a machine without a GPU can (listing the GPU tests,
-# checking the programs were built), makes 200 photos and runs the training bench --smoke.
+#   train-fp16  the same with fp16 autocast + GradScaler -> train_bench_fp16.json
+# Earlier runs measured sanitizer, h2d, train and train-fp16 (docs/benchmarks.md); with one
+# 10-minute call, leave them out: SKIP="sanitizer h2d train train-fp16".
+# --dry-run runs each step only as far as a machine without a GPU can (listing the GPU tests,
+# checking the programs were built), makes 200 photos and runs the benches' --smoke modes.
 #
 # Output: $OUT (the device tool's folder) or runs/gpu (runs/gpu-dry): run.log (everything),
-# summary.txt, h2d.json, train_bench.json, train_bench_fp16.json, logs.tar.gz (one log per
-# step, CTest's log) -- six files, under the device tool's limit of eight.
+# summary.txt, checkpoint_bench.json, matrix.json, h2d.json, train_bench.json,
+# train_bench_fp16.json, logs.tar.gz (one log per step, CTest's log) -- at most eight files,
+# the device tool's limit.
 #
 # usage: bash bench/gpu/run.sh [--dry-run] [--help]
 # environment:
@@ -478,11 +490,61 @@ step_feed() {
   ((dry)) && skip "dry run: --device cuda needs a GPU"
   local sat=$build/tools/saturate/saturate
   local t=image:crop=random,size=224,flip=0.5,dtype=float16,normalize,layout=channels_last
-  for device in cuda cpu; do
-    echo "bench feed --device $device:"
-    timeout --kill-after=10 60 "$sat" bench feed "$data/photos-train.sat" --batch 256 --epochs 2 \
-      --warmup 2 --json -t "$t" --device "$device"
+  # CPU decode on every core, then 2 loader threads (few cores per GPU) decoding on the CPU,
+  # on the GPU (nvJPEG) and split by measured rates; last, the same pipeline into host memory.
+  local runs=("cuda cpu 0" "cuda cpu 2" "cuda gpu 2" "cuda auto 2" "cpu cpu 0") run device decode th
+  for run in "${runs[@]}"; do
+    read -r device decode th <<<"$run"
+    local threads=()
+    ((th > 0)) && threads=(--threads "$th")
+    echo "bench feed --device $device --decode $decode ${threads[*]}:"
+    timeout --kill-after=10 60 "$sat" bench feed "$data/photos-train.sat" --batch 256 --epochs 1 \
+      --warmup 2 --json -t "$t" --device "$device" --decode "$decode" "${threads[@]}" || true
   done
+}
+
+# nvJPEG's GPU tests, run directly: they print the measured pixel differences and the backend
+# (hardware engine or not), which ctest keeps only on failure.
+step_nvjpeg() {
+  use_prefix
+  local bin=$build/src/feed/device_loader_nvjpeg_gpu_test
+  [[ -x $bin ]] || { echo "$bin was not built"; return 1; }
+  ((dry)) && skip "dry run: $bin built; needs a GPU"
+  timeout --kill-after=10 120 "$bin"
+}
+
+# Checkpoints while ResNet-50 and a 1.2 GiB GPT train: saturate vs torch.save vs
+# dcp.async_save (issue 25, point 4) -> checkpoint_bench.json.
+step_checkpoint() {
+  use_prefix
+  export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+  if ((dry)); then
+    "$py" "$root/bench/gpu_checkpoint_bench.py" --smoke --json "$out/checkpoint_bench.json"
+    return
+  fi
+  local t=$(($(left) - 10 - matrix_seconds))
+  ((t <= checkpoint_seconds)) || t=$checkpoint_seconds
+  ((t >= 60)) || skip "no time left of RUN_BUDGET"
+  timeout --kill-after=10 "$t" "$py" "$root/bench/gpu_checkpoint_bench.py" --budget $((t - 20)) \
+    --json "$out/checkpoint_bench.json"
+}
+
+# Feeding from few cores (issue 25, point 5): ResNet-50 from 2 and 4 cores, ResNet-18 from 8,
+# CPU vs GPU decode, the DataLoader and DALI (when installed) beside each model's
+# GPU-resident ceiling -> matrix.json.
+step_matrix() {
+  use_prefix
+  export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+  local args=(--dataset "$data/photos-train.sat" --images-root "$data/photos/train"
+              --json "$out/matrix.json" --amp bf16)
+  if ((dry)); then
+    "$py" "$root/bench/gpu_train_bench.py" --smoke --matrix default "${args[@]}"
+    return
+  fi
+  local t=$(($(left) - 10))
+  ((t >= 60)) || skip "no time left of RUN_BUDGET"
+  timeout --kill-after=5 "$t" "$py" "$root/bench/gpu_train_bench.py" --matrix default \
+    --budget $((t - 25)) "${args[@]}"
 }
 
 # train_bench JSON AMP FEEDS SECONDS: the training bench on the photo set.
@@ -509,21 +571,23 @@ feeds_for_train() {  # the feeds the earlier steps made possible (and FEEDS allo
   echo "$feeds"
 }
 
-fp16_seconds=110    # what train-fp16 needs: two feeds of ~25 s, model builds, warmups
-example_seconds=50  # the example: 100 steps of ResNet-18, imports, cuDNN autotuning
+fp16_seconds=110       # what train-fp16 needs: two feeds of ~25 s, model builds, warmups
+example_seconds=50     # the example: 100 steps of ResNet-18, imports, cuDNN autotuning
+checkpoint_seconds=90  # gpu_checkpoint_bench at its default sizes: ~65 s on an H100
+matrix_seconds=150     # gpu_train_bench --matrix default: 10 cells of ~6 s, two model builds
 
 step_train() {
   use_prefix
   ok pack && export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
-  local t=$(($(left) - 15 - fp16_seconds - example_seconds))
-  ((t >= 90)) || t=90
+  local t=$(($(left) - 15 - fp16_seconds))
+  ((t >= 90)) || skip "no time left of RUN_BUDGET"
   train_bench train_bench.json bf16 "$(feeds_for_train)" "$t"
 }
 
 step_train_fp16() {
   use_prefix
   export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
-  local t=$(($(left) - 10 - example_seconds))
+  local t=$(($(left) - 10))
   ((t <= fp16_seconds)) || t=$fp16_seconds
   ((t >= 60)) || skip "no time left of RUN_BUDGET"
   train_bench train_bench_fp16.json fp16 synthetic,saturate "$t"
@@ -559,16 +623,21 @@ needs unpack deps && run_step unpack 1 step_unpack
 needs configure unpack && run_step configure 0 step_configure
 needs build configure && run_step build 0 step_build
 needs provenance build && run_step provenance 1 step_provenance
+# Most informative first: what is verified only on a GPU, then the benchmarks; the earlier
+# runs' measurements (h2d, train, train-fp16) last, for SKIP to leave out.
 needs ctest-gpu build && run_step ctest-gpu 1 step_ctest_gpu
-needs sanitizer build && run_step sanitizer 1 step_sanitizer
 needs pytest-gpu build && run_step pytest-gpu 1 step_pytest_gpu
-needs h2d build && run_step h2d 1 step_h2d
+needs nvjpeg build && run_step nvjpeg 1 step_nvjpeg
 needs photos deps && run_step photos 1 step_photos
 needs pack build photos && run_step pack 1 step_pack
 needs feed pack && run_step feed 1 step_feed
+needs example pack && run_step example 1 step_example
+needs checkpoint build && run_step checkpoint 1 step_checkpoint
+needs matrix pack && run_step matrix 1 step_matrix
+needs sanitizer build && run_step sanitizer 1 step_sanitizer
+needs h2d build && run_step h2d 1 step_h2d
 run_step train 1 step_train
 needs train-fp16 pack && run_step train-fp16 1 step_train_fp16
-needs example pack && run_step example 1 step_example
 
 # ---------------------------------------------------------------------------- summary
 
