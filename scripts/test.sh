@@ -11,10 +11,10 @@
 #   4. rebuilds the threaded parts with TSan and runs their tests,
 #   5. runs each libFuzzer target (built in step 3) for a bounded time,
 #   6. checks formatting.
-# usage: scripts/test.sh            (FUZZ_SECONDS=20 by default)
+# usage: scripts/test.sh            (FUZZ_SECONDS=10 by default; longer runs: scripts/fuzz.sh)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+FUZZ_SECONDS=${FUZZ_SECONDS:-10}
 
 step "dependencies"
 scripts/install-deps.sh
@@ -63,9 +63,9 @@ export SATURATE_FAKE_NVML="$PWD/build/ci/src/watch/libfake_nvml.so"
 python_failed=()
 step "Python tests, line 1: Debian's torch 1.13 (.venv, the whole suite)"
 # -rs: a real component that cannot start here (Slurm, a GPU) is skipped with its reason printed.
-.venv/bin/python -m pytest -q -rs || python_failed+=("torch 1.13 (.venv)")
+.venv/bin/python -m pytest -q -rs --durations=15 || python_failed+=("torch 1.13 (.venv)")
 step "Python tests, line 2: PyPI's torch 2 (.venv-torch2, the torch-dependent tests)"
-.venv-torch2/bin/python -m pytest -q -rs -k "$TORCH2_SKIP" \
+.venv-torch2/bin/python -m pytest -q -rs --durations=10 -k "$TORCH2_SKIP" \
   "${TORCH2_TESTS[@]/#/python/tests/}" || python_failed+=("torch 2 (.venv-torch2)")
 if ((${#python_failed[@]})); then
   echo "pytest failed in: ${python_failed[*]}" >&2
