@@ -339,7 +339,8 @@ step_configure() {
     -DSATURATE_WITH_CUDA=ON -DSATURATE_BUILD_PYTHON=ON -DSATURATE_BUILD_TESTS=ON \
     -DSATURATE_BUILD_BENCH=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DSATURATE_WITH_REMOTE=OFF -DSATURATE_WITH_WEBDATASET=OFF -DSATURATE_WITH_HDF5=OFF \
-    -DBoost_ROOT="$prefix/usr" -DBoost_NO_BOOST_CMAKE=ON -DBoost_NO_SYSTEM_PATHS=ON \
+    -DBoost_ROOT="$prefix/usr" -DBoost_INCLUDE_DIR="$prefix/usr/include" -DBoost_NO_BOOST_CMAKE=ON \
+    -DBoost_NO_SYSTEM_PATHS=ON \
     -DCMAKE_PREFIX_PATH="$prefix/usr;$prefix" \
     -DPKG_CONFIG_EXECUTABLE="$prefix/bin/pkg-config" \
     -DPython_EXECUTABLE="$py" -Dnanobind_DIR="$nb_dir" \
