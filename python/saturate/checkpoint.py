@@ -357,20 +357,45 @@ class _DeviceStaging:
         return done_later
 
 
-class _Job:
-    """One guarded save's copies still to do, then its commit."""
+def _version(t) -> Optional[int]:
+    """The tensor's version counter (bumped by every in-place write to it or to
+    a view of it, detach() included), None where there is none."""
+    try:
+        return t._version
+    except (AttributeError, RuntimeError):  # inference-mode tensors have none
+        return None
 
-    __slots__ = ("step", "seq", "pieces", "bytes", "event", "device", "commit", "keep", "copied",
-                 "finished", "wait_ns", "copy_ns")
+
+class _Job:
+    """One guarded save's copies still to do, then its commit. ``keep``:
+    (name, tensor) of the deferred tensors, alive until copied; their version
+    counters are read now (at save) and again when the copy is done."""
+
+    __slots__ = ("step", "seq", "pieces", "bytes", "event", "device", "commit", "keep",
+                 "versions", "copied", "finished", "wait_ns", "copy_ns")
 
     def __init__(self, step, seq, pieces, event, device, commit, keep):
         self.step, self.seq, self.pieces, self.event, self.device = step, seq, pieces, event, device
         self.bytes = sum(n for _, _, n in pieces)
         self.commit, self.keep = commit, keep
+        self.versions = [_version(t) for _, t in keep]
         self.copied = threading.Event()  # host copies done (the hook's wait)
         self.finished = threading.Event()  # committed, or failed
         self.wait_ns = 0  # training time the hooks waited for this save
         self.copy_ns = 0  # the background copy (host copies and the device event)
+
+
+def _check_unchanged(job: _Job) -> None:
+    """Raises when a deferred tensor was written while its copy ran (its version
+    counter moved): the snapshot may mix old and new values, so it is dropped."""
+    changed = [name for (name, t), v in zip(job.keep, job.versions)
+               if v is not None and _version(t) != v]
+    if changed:
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise InvalidArgumentError(
+            f"checkpoint step {job.step}: {changed[0]}{more} was modified while its deferred "
+            "copy ran, so this save is dropped: between save(guard=opt) and opt.step() only "
+            "the optimizer may write the tensors it owns (call wait() before writing them)")
 
 
 class _Deferred:
@@ -498,6 +523,7 @@ class _Deferred:
                 if self.error is None:  # after a failure, later saves are dropped (slots freed)
                     start = _core.trace_now_ns()
                     _copy_pieces(job.pieces, self.threads)
+                    _check_unchanged(job)  # before the step can run: a change broke the contract
                     job.copied.set()
                     if job.event is not None:
                         job.event.synchronize()
@@ -614,7 +640,7 @@ class Checkpointer:
             device = f.cuda[0][1].device
         pieces = [(pending.destination(i), f.specs[i][1], f.specs[i][2]) for i in sorted(later)
                   if f.sources[i].device.type == "cpu"]
-        keep = [f.sources[i] for i in later]
+        keep = [(f.specs[i][0], f.sources[i]) for i in sorted(later)]
         self._deferred.submit(_Job(step, self._seq, pieces, event, device,
                                    lambda: self._core.commit(pending, blob), keep))
         return True

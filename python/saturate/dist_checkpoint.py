@@ -738,7 +738,7 @@ class DistCheckpointer:
                 if t.device.type == "cpu"]
         self._deferred.submit(_Job(step, self._seq, host, event, device,
                                    lambda: self._core.commit(pending, blob),
-                                   [t for _, t in deferred]))
+                                   [(specs[i][0], t) for i, t in deferred]))
 
     # ---- the coordinator (rank 0) ----
 

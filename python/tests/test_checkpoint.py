@@ -546,6 +546,29 @@ def test_guarded_save_skipped_while_its_copy_holds_the_slot(tmp_path, monkeypatc
     assert [s for s, _ in saturate.Checkpointer.list(tmp_path)] == [1]
 
 
+def test_a_write_outside_the_optimizer_during_the_copy_drops_that_save(tmp_path, monkeypatch,
+                                                                      torch2):
+    """The contract broken (a parameter written in place between save and step,
+    while its copy runs): its version counter moved, so the save is dropped and
+    wait() says which tensor; the previous checkpoint stays the newest."""
+    if not torch2:
+        return
+    model, opt, _ = small_training()
+    with saturate.Checkpointer(tmp_path) as ckpt:
+        ckpt.save({"model": model.state_dict(), "step": 1}, 1, guard=opt)
+        ckpt.wait()
+        slow_copies(monkeypatch, 0.3)
+        ckpt.save({"model": model.state_dict(), "step": 2}, 2, guard=opt)
+        with torch.no_grad():
+            model[0].weight.add_(1)  # not the optimizer
+        with pytest.raises(saturate.errors.InvalidArgumentError,
+                           match=r"step 2: model/0\.weight was modified while its deferred copy"):
+            ckpt.wait()
+        assert ckpt.save({"model": model.state_dict(), "step": 3}, 3, guard=opt)  # slot is back
+    assert saturate.Checkpointer.load(tmp_path)["step"] == 3
+    assert [s for s, _ in saturate.Checkpointer.list(tmp_path)] == [3, 1]
+
+
 GUARD_LOOP = r"""
 import sys, time, torch, saturate
 ckpt = saturate.Checkpointer(sys.argv[1], keep=2)
