@@ -14,6 +14,7 @@ The decision (`plan_batch_size`) is a pure function of the probes; the probing
 from __future__ import annotations
 
 import dataclasses
+import ctypes
 import gc
 import math
 import time
@@ -114,6 +115,17 @@ def _is_oom(error: BaseException) -> bool:
                                                 "can't allocate memory" in text)
 
 
+def _trim_heap() -> None:
+    """Hands freed heap pages back to the OS (glibc's malloc_trim), so the RSS
+    is what is live. Without it a process that once held large buffers keeps
+    their freed pages resident, a step's allocations reuse them without the
+    RSS growing, and every probe would read the same peak."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 class _Memory:
     """Peak memory of a step: CUDA's allocator stats, or the process's peak RSS
     (VmHWM, reset through /proc/self/clear_refs) on the CPU."""
@@ -138,6 +150,7 @@ class _Memory:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
+            _trim_heap()
             try:
                 with open("/proc/self/clear_refs", "w") as f:
                     f.write("5")  # resets VmHWM to the current RSS

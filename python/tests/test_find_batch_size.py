@@ -80,6 +80,30 @@ def test_probes_a_real_step_on_the_cpu():
     assert r.batch_size in [p.batch_size for p in ran]
 
 
+FREED_HEAP_SCRIPT = r"""
+import time
+import saturate
+big = bytearray(31 << 20); del big  # glibc's mmap threshold rises to 31 MiB
+chunks = [bytes([1]) * (30 << 20) for _ in range(14)]  # 420 MB resident on the heap
+keep = bytearray(1 << 20)  # live above them, so freeing them does not shrink the heap
+del chunks
+def step(b):
+    held = bytearray(b * 64 * 1024)
+    time.sleep(0.004 + b * 2e-5)
+    return held
+r = saturate.find_batch_size(step, start=8, max_batch_size=256, steps=2)
+print(r.memory_fit[1])
+"""
+
+
+def test_memory_is_measured_in_a_process_with_freed_heap():
+    """Freed but resident heap pages would absorb the steps' allocations: every probe
+    would read the same peak RSS (seen in a long pytest process)."""
+    r = run_python(["-c", FREED_HEAP_SCRIPT])
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout.split()[-1]) > 32 * 1024, r.stdout  # ~64 KiB a sample
+
+
 OOM_SCRIPT = r"""
 import resource, sys, time
 import numpy as np
