@@ -369,11 +369,13 @@ Status Nvml::ResolveSymbols() {
   optional(&a.event_set_wait, {"nvmlEventSetWait_v2", "nvmlEventSetWait"});
   optional(&a.event_set_free, {"nvmlEventSetFree"});
   // GPM is usable only whole; one name stands for the group.
-  const bool gpm = Resolve(library_, {"nvmlGpmQueryDeviceSupport"}, &a.gpm_query_device_support) &
-                   Resolve(library_, {"nvmlGpmSampleAlloc"}, &a.gpm_sample_alloc) &
-                   Resolve(library_, {"nvmlGpmSampleFree"}, &a.gpm_sample_free) &
-                   Resolve(library_, {"nvmlGpmSampleGet"}, &a.gpm_sample_get) &
-                   Resolve(library_, {"nvmlGpmMetricsGet"}, &a.gpm_metrics_get);
+  const bool resolved[] = {
+      Resolve(library_, {"nvmlGpmQueryDeviceSupport"}, &a.gpm_query_device_support),
+      Resolve(library_, {"nvmlGpmSampleAlloc"}, &a.gpm_sample_alloc),
+      Resolve(library_, {"nvmlGpmSampleFree"}, &a.gpm_sample_free),
+      Resolve(library_, {"nvmlGpmSampleGet"}, &a.gpm_sample_get),
+      Resolve(library_, {"nvmlGpmMetricsGet"}, &a.gpm_metrics_get)};
+  const bool gpm = std::all_of(std::begin(resolved), std::end(resolved), [](bool b) { return b; });
   if (!gpm) {
     a.gpm_query_device_support = nullptr;
     missing_symbols_.push_back("nvmlGpmMetricsGet");
