@@ -35,10 +35,11 @@ durability:
   durable          save call -> checkpoint committed (saturate: rank 0's global
                    manifest rename; DCP: the future done, max over ranks), while
                    training runs
-  steps            the --steps-between steps after the save, summed, minus as many
+  steps            the --steps-between steps after the save call, summed, minus as many
                    steps without a checkpoint in flight (the median of 5 measured before
-                   the loop): what the save cost training in all (blocking, hook wait,
-                   and the background copy/write competing for the cores)
+                   the loop): the hook wait and the background copy/write competing with
+                   training for the cores; the save call is not in it (call + steps =
+                   what the save cost training in all)
 """
 
 import argparse
