@@ -89,19 +89,11 @@ class DeviceLoaderGpuTest : public ::testing::Test {
   void SetUp() override {
     SKIP_WITHOUT_GPU();
     SATURATE_ASSERT_OK(saturate::testing::WriteImageDataset(tmp_.path(), 40));
-    options_.dataset = tmp_.path();
-    options_.batch_size = 8;
-    options_.seed = 2;
-    options_.threads = 2;
-    options_.prefetch = 2;
-    options_.rank = 0;
-    options_.world_size = 1;
-    FieldOptions f{.field = "image"};
-    f.image.height = f.image.width = 64;
-    f.image.dtype = DType::kFloat16;
-    f.image.normalize = true;
-    f.image.layout = Layout::kChannelsLast;
-    options_.fields = {f};
+    options_ = saturate::testing::SmallImageLoaderOptions(tmp_.path(), 2, 64, 64);
+    ImageTransform& image = options_.fields[0].image;
+    image.dtype = DType::kFloat16;
+    image.normalize = true;
+    image.layout = Layout::kChannelsLast;
   }
   saturate::testing::TempDir tmp_;
   LoaderOptions options_;

@@ -25,6 +25,7 @@
 
 #include "base/testing.h"
 #include "device/gpu.h"
+#include "feed/testing/datasets.h"
 #include "feed/testing/photo_dataset.h"
 #include "image/codec.h"
 #include "image/transform.h"
@@ -149,19 +150,7 @@ class NvJpegLoaderGpuTest : public ::testing::Test {
     ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
     SKIP_WITHOUT_NVJPEG(*gpu);
     SATURATE_ASSERT_OK(saturate::testing::WritePhotoDataset(tmp_.path(), 45));
-    options_.dataset = tmp_.path();
-    options_.batch_size = 8;
-    options_.seed = 7;
-    options_.threads = 2;
-    options_.prefetch = 2;
-    options_.rank = 0;
-    options_.world_size = 1;
-    FieldOptions f{.field = "image"};
-    f.image.height = 112;
-    f.image.width = 128;
-    f.image.dtype = DType::kUInt8;
-    f.image.layout = Layout::kHWC;
-    options_.fields = {f};
+    options_ = saturate::testing::SmallImageLoaderOptions(tmp_.path(), 7, 112, 128);
   }
 
   // Runs two epochs of the CPU loader and a DeviceLoader with `decode`

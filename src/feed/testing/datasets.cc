@@ -27,4 +27,23 @@ Status WriteImageDataset(const std::string& dir, uint64_t n) {
   return w->Finish();
 }
 
+feed::LoaderOptions SmallImageLoaderOptions(const std::string& dir, uint64_t seed, int height,
+                                            int width) {
+  feed::LoaderOptions options;
+  options.dataset = dir;
+  options.batch_size = 8;
+  options.seed = seed;
+  options.threads = 2;
+  options.prefetch = 2;
+  options.rank = 0;
+  options.world_size = 1;
+  feed::FieldOptions f{.field = "image"};
+  f.image.height = height;
+  f.image.width = width;
+  f.image.dtype = format::DType::kUInt8;
+  f.image.layout = feed::Layout::kHWC;
+  options.fields = {f};
+  return options;
+}
+
 }  // namespace saturate::testing

@@ -6,12 +6,19 @@
 #include <string>
 
 #include "saturate/base/status.h"
+#include "saturate/feed/loader.h"
 
 namespace saturate::testing {
 
 // Records: "image", a small JPEG of a gradient keyed on i (sizes vary with
 // i), and "label" = i.
 Status WriteImageDataset(const std::string& dir, uint64_t n);
+
+// Options for the device-stage tests over `dir`: batches of 8 on 2 threads,
+// prefetch 2, one rank, and one "image" field of height x width (uint8 HWC;
+// the caller sets the rest of fields[0].image).
+feed::LoaderOptions SmallImageLoaderOptions(const std::string& dir, uint64_t seed, int height,
+                                            int width);
 
 }  // namespace saturate::testing
 
