@@ -36,6 +36,9 @@ ctest --test-dir build/ci --output-on-failure -j "$JOBS"
 step "torch 2 environment (scripts/torch2-env.sh: .venv-torch2 once; the repaired wheel each run)"
 scripts/torch2-env.sh .venv-torch2 "$SATURATE_WHEEL"
 export SATURATE_TORCH2_PYTHON="$PWD/.venv-torch2/bin/python"
+# Tests that need torch >= 2 run in line 2 below; line 1 skips them instead of re-running
+# each in a torch 2 subprocess.
+export SATURATE_TORCH2_LINE=1
 
 # Two PyTorch lines, both against the repaired wheel as installed (no build tree on the path):
 #  1. Debian's torch 1.13 (.venv): the whole suite. Its multi-rank tests (torchrun, Slurm,

@@ -376,6 +376,8 @@ def torch2(request, tmp_path):
     (SATURATE_TORCH2_PYTHON) and the body here returns at once."""
     if HAS_STEP_HOOK:
         return True
+    if os.environ.get("SATURATE_TORCH2_LINE"):
+        pytest.skip("needs torch >= 2; scripts/test.sh's torch 2 line runs it natively")
     from conftest import torch2_python, torchrun_env
 
     env = torchrun_env(tmp_path)
