@@ -12,6 +12,7 @@
 
 #include "base/testing.h"
 #include "device/gpu.h"
+#include "device/testing/skip_without_gpu.h"
 #include "feed/testing/datasets.h"
 #include "image/transform.h"
 #include "saturate/device/device.h"
@@ -19,12 +20,6 @@
 
 namespace saturate::feed {
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                       \
-  do {                                                                           \
-    auto report = device::ProbeDevices();                                        \
-    if (report.gpus.empty()) GTEST_SKIP() << "no GPU: " << report.no_gpu_reason; \
-  } while (0)
 
 #define ASSERT_CUDA(expr)                                     \
   do {                                                        \

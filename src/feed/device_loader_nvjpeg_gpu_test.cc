@@ -25,6 +25,7 @@
 
 #include "base/testing.h"
 #include "device/gpu.h"
+#include "device/testing/skip_without_gpu.h"
 #include "feed/testing/datasets.h"
 #include "feed/testing/photo_dataset.h"
 #include "image/codec.h"
@@ -34,12 +35,6 @@
 
 namespace saturate::feed {
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                       \
-  do {                                                                           \
-    auto report = device::ProbeDevices();                                        \
-    if (report.gpus.empty()) GTEST_SKIP() << "no GPU: " << report.no_gpu_reason; \
-  } while (0)
 
 // Loader-level bounds (CPU path with DCT scaling vs nvJPEG at full size).
 // The mean catches a wrong crop, flip or row (those give tens of levels on
