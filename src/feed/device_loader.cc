@@ -142,7 +142,10 @@ bool NeedsKernel(const ImageTransform& t) {
   return t.dtype != DType::kUInt8 || t.layout == Layout::kCHW;
 }
 
-enum class DecodeMode { kCpu, kGpu, kAuto };
+// Its value is the "decode_mode" of the loader_decode record (docs/trace.md).
+enum class DecodeMode { kCpu = 0, kGpu = 1, kAuto = 2 };
+
+std::atomic<int64_t> next_decode_trace_id{0};
 
 Result<DecodeMode> ParseDecode(const std::string& decode) {
   if (decode == "cpu") return DecodeMode::kCpu;
@@ -224,6 +227,8 @@ class DeviceLoader::Impl {
 
   ~Impl() {
     DropInFlight();
+    // The last totals, as the host loader writes its last "loader" record.
+    if (host_ != nullptr && !images_.empty() && trace::Enabled()) TraceDecode(/*force=*/true);
     host_.reset();  // the workers stop before the deferral and decoder go
     decoder_.reset();
     if (copy_stream_ != nullptr) gpu_->DestroyStream(copy_stream_);
@@ -405,7 +410,7 @@ class DeviceLoader::Impl {
     SATURATE_RETURN_IF_ERROR(gpu.Record(buffer.ready, copy_stream_));
     h2d_batches_.fetch_add(1);
     if (mode_ == DecodeMode::kAuto && deferral_ != nullptr) UpdateSplit();
-    if (deferral_ != nullptr && trace::Enabled()) TraceDecode();
+    if (!images_.empty() && trace::Enabled()) TraceDecode(/*force=*/false);
     e->batch.epoch_ = e->host.epoch();
     e->batch.index_ = e->host.index();
     e->batch.size_ = e->host.size();
@@ -520,22 +525,35 @@ class DeviceLoader::Impl {
     return Status::OK();
   }
 
-  // Once a second while tracing: the GPU decode's counters and split, for
-  // watch and doctor ("loader_decode" records beside the host's "loader").
-  void TraceDecode() {
+  // Once a second while tracing (and once more when the loader closes): where
+  // the images were decoded, for watch and doctor. A "loader_decode"
+  // counters record beside the host loader's "loader" record; its keys are
+  // docs/trace.md's, read by src/ranks (saturate_loader_* series) and by
+  // doctor's features. Written for decode="cpu" too, so doctor can tell a
+  // GPU-fed loader that decodes JPEG on the CPU.
+  void TraceDecode(bool force) {
     const int64_t now = trace::NowNs();
-    if (now - last_trace_ns_ < 1'000'000'000) return;
+    if (!force && now - last_trace_ns_ < 1'000'000'000) return;
     last_trace_ns_ = now;
+    const uint64_t samples = host_->stats().samples;  // outside decode_mu_, as UpdateSplit
     std::lock_guard<std::mutex> lock(decode_mu_);
     auto i = [](uint64_t v) { return static_cast<int64_t>(v); };
+    // Images the CPU decoded: every image field of every sample, less those
+    // nvJPEG did (its refusals, decoded in the stage on the CPU, count here).
+    const uint64_t images = samples * images_.size();
+    const uint64_t cpu_decoded = images > gpu_decoded_ ? images - gpu_decoded_ : 0;
+    const double fraction = deferral_ != nullptr ? deferral_->fraction() : 0.0;
     trace::RecordCounters(
         "loader_decode",
-        {{"device", gpu_->index()},
-         {"auto", mode_ == DecodeMode::kAuto ? 1 : 0},
+        {{"decoder_id", trace_id_},
+         {"device", gpu_->index()},
+         {"decode_mode", static_cast<int64_t>(mode_)},
+         {"gpu_decoder", decoder_ != nullptr ? 1 : 0},
+         {"cpu_decoded", i(cpu_decoded)},
          {"gpu_decoded", i(gpu_decoded_)},
          {"gpu_decode_ns", i(gpu_decode_ns_)},
          {"gpu_decode_fallbacks", i(gpu_fallbacks_)},
-         {"gpu_permille", static_cast<int64_t>(std::lround(deferral_->fraction() * 1000))},
+         {"gpu_permille", static_cast<int64_t>(std::lround(fraction * 1000))},
          {"cpu_per_s_per_thread", static_cast<int64_t>(split_.cpu_images_per_s_per_thread())},
          {"gpu_per_s", static_cast<int64_t>(split_.gpu_images_per_s())}});
   }
@@ -603,6 +621,8 @@ class DeviceLoader::Impl {
   uint64_t gpu_decoded_ = 0, gpu_decode_ns_ = 0, gpu_fallbacks_ = 0;
   uint64_t split_samples_ = 0, split_decode_ns_ = 0, split_gpu_images_ = 0, split_gpu_ns_ = 0;
   int64_t last_trace_ns_ = 0;  // consumer thread's
+  // Tells the "loader_decode" records of a process's device loaders apart.
+  const int64_t trace_id_ = next_decode_trace_id.fetch_add(1);
   std::unique_ptr<Loader> host_;
   std::shared_ptr<DevicePool> pool_;
   device::Stream copy_stream_ = nullptr;

@@ -57,8 +57,10 @@ struct RankProgress {
   bool missing = false;           // no spans file yet (a placeholder from the world size)
   // The latest "loader" and "loader_remote" counters records of its
   // processes' loaders ("samples", "wait_ns", "remote_bytes_fetched", ...;
-  // docs/trace.md): totals summed over loaders, closed ones included; gauges
-  // ("threads", "remote_in_flight", ...) of the loader that reported last.
+  // docs/trace.md), and of its device loaders' "loader_decode" records
+  // ("gpu_decoded", "cpu_decoded", "gpu_permille", ...): totals summed over
+  // loaders, closed ones included; gauges ("threads", "remote_in_flight",
+  // "decode_mode", "gpu_permille", ...) of the loader that reported last.
   // Empty: no traced loader.
   std::map<std::string, int64_t> loader_counters;
 };

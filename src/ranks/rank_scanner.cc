@@ -105,6 +105,33 @@ bool IsLoaderGauge(const std::string& key) {
          key == "remote_in_flight" || key == "remote_concurrent_requests";
 }
 
+// A device loader's "loader_decode" values that are levels now: its decode
+// mode, whether nvJPEG opened, the GPU's share of the split and the rates
+// behind it.
+bool IsDecodeGauge(const std::string& key) {
+  return key == "device" || key == "decode_mode" || key == "gpu_decoder" || key == "gpu_permille" ||
+         key == "cpu_per_s_per_thread" || key == "gpu_per_s";
+}
+
+// Adds one process file's loaders (or device loaders' decode records) to a
+// rank's counters: totals summed, gauges of the one that reported last
+// (`latest_ns`, per rank and kind of record).
+template <typename Loaders, typename IsGauge>
+void AddLoaderValues(const Loaders& loaders, IsGauge is_gauge, int64_t* latest_ns,
+                     std::map<std::string, int64_t>* counters) {
+  for (const auto& [id, loader] : loaders) {
+    for (const auto& [key, value] : loader.values) {
+      if (!is_gauge(key)) (*counters)[key] += value;
+    }
+    if (loader.ts_ns >= *latest_ns) {
+      *latest_ns = loader.ts_ns;
+      for (const auto& [key, value] : loader.values) {
+        if (is_gauge(key)) (*counters)[key] = value;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 RankScanner::RankScanner(std::string run_dir, uint64_t max_read_bytes, bool root_as_rank0)
@@ -156,17 +183,20 @@ void RankScanner::Line(std::string_view line, File* f) {
   }
 }
 
-// A "loader" or "loader_remote" record: {"args": {"loader_id": N, ...}}.
+// A "loader" or "loader_remote" record: {"args": {"loader_id": N, ...}};
+// a device loader's "loader_decode" record: {"args": {"decoder_id": N, ...}}.
 void RankScanner::LoaderCounters(std::string_view line, File* f) {
   const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("args") || !j["args"].is_object()) return;
   const std::string name = JsonValueOr(j, "name", std::string());
-  if (name != "loader" && name != "loader_remote") return;
+  const bool decode = name == "loader_decode";
+  if (name != "loader" && name != "loader_remote" && !decode) return;
   const nlohmann::json& args = j["args"];
-  File::Loader& loader = f->loaders[JsonValueOr(args, "loader_id", int64_t{0})];
+  const char* id_key = decode ? "decoder_id" : "loader_id";
+  File::Loader& loader = (decode ? f->decoders : f->loaders)[JsonValueOr(args, id_key, int64_t{0})];
   loader.ts_ns = std::max(loader.ts_ns, JsonValueOr(j, "ts_ns", int64_t{0}));
   for (const auto& [key, value] : args.items()) {
-    if (key != "loader_id" && value.is_number_integer()) loader.values[key] = value.get<int64_t>();
+    if (key != id_key && value.is_number_integer()) loader.values[key] = value.get<int64_t>();
   }
 }
 
@@ -249,24 +279,15 @@ std::vector<RankProgress> RankScanner::Scan() {
   };
   std::map<int, std::map<int, Proc>> procs;
   std::map<int, RankProgress> ranks;
-  std::map<int, int64_t> latest_loader_ns;
+  std::map<int, int64_t> latest_loader_ns, latest_decoder_ns;
   for (const auto& [path, f] : files_) {
     RankProgress& r = ranks[f.rank];
     r.rank = f.rank;
     r.world_size = std::max(r.world_size, f.world_size);
     if (r.host.empty()) r.host = f.host;
     r.file_bytes += f.size;
-    for (const auto& [id, loader] : f.loaders) {
-      for (const auto& [key, value] : loader.values) {
-        if (!IsLoaderGauge(key)) r.loader_counters[key] += value;
-      }
-      if (loader.ts_ns >= latest_loader_ns[f.rank]) {
-        latest_loader_ns[f.rank] = loader.ts_ns;
-        for (const auto& [key, value] : loader.values) {
-          if (IsLoaderGauge(key)) r.loader_counters[key] = value;
-        }
-      }
-    }
+    AddLoaderValues(f.loaders, IsLoaderGauge, &latest_loader_ns[f.rank], &r.loader_counters);
+    AddLoaderValues(f.decoders, IsDecodeGauge, &latest_decoder_ns[f.rank], &r.loader_counters);
     Proc& p = procs[f.rank][f.pid];
     p.dir = f.dir;
     p.step_marks = std::max(p.step_marks, f.step_marks);

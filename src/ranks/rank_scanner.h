@@ -69,6 +69,8 @@ class RankScanner {
       std::map<std::string, int64_t> values;
     };
     std::map<int64_t, Loader> loaders;
+    // decoder_id -> the latest "loader_decode" record of a device loader.
+    std::map<int64_t, Loader> decoders;
   };
   void Read(File* file, const std::string& path);
   void Line(std::string_view line, File* file);

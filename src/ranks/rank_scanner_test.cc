@@ -162,6 +162,39 @@ TEST(RankScannerTest, KeepsTheLatestLoaderCountersSummedOverLoaders) {
   EXPECT_EQ(ranks[0].loader_counters.at("threads"), 3);
 }
 
+std::string DecodeRecord(int pid, int64_t ts_ns, int decoder_id, const std::string& args) {
+  return "{\"ph\":\"C\",\"name\":\"loader_decode\",\"ts_ns\":" + std::to_string(ts_ns) +
+         ",\"pid\":" + std::to_string(pid) +
+         ",\"tid\":1,\"args\":{\"decoder_id\":" + std::to_string(decoder_id) + "," + args + "}}\n";
+}
+
+// A device loader's decode split: its images summed over device loaders, its
+// mode and the GPU's share from the one that reported last, whatever the
+// host loaders' records (which carry other keys) say.
+TEST(RankScannerTest, AddsTheDeviceLoadersDecodeSplit) {
+  testing::TempDir dir;
+  const std::string r0 = dir.Join("rank-0/spans-100.jsonl");
+  Append(r0, Meta(100, 0, "a", false) + Counters(100, "loader", 0, "\"samples\":64,\"threads\":4") +
+                 DecodeRecord(100, 900 * kS, 0,
+                              "\"decode_mode\":2,\"gpu_decoder\":1,\"cpu_decoded\":24,"
+                              "\"gpu_decoded\":40,\"gpu_permille\":620,\"gpu_per_s\":3000") +
+                 DecodeRecord(100, 800 * kS, 1,
+                              "\"decode_mode\":0,\"gpu_decoder\":0,\"cpu_decoded\":10,"
+                              "\"gpu_decoded\":0,\"gpu_permille\":0,\"gpu_per_s\":0"));
+  std::vector<RankProgress> ranks = RankScanner(dir.path()).Scan();
+  ASSERT_EQ(ranks.size(), 1u);
+  const std::map<std::string, int64_t>& c = ranks[0].loader_counters;
+  EXPECT_EQ(c.at("samples"), 64);
+  EXPECT_EQ(c.at("threads"), 4);
+  EXPECT_EQ(c.at("cpu_decoded"), 34);
+  EXPECT_EQ(c.at("gpu_decoded"), 40);
+  // Levels of decoder 0, the later record, though the host loader's is later still.
+  EXPECT_EQ(c.at("decode_mode"), 2);
+  EXPECT_EQ(c.at("gpu_permille"), 620);
+  EXPECT_EQ(c.at("gpu_per_s"), 3000);
+  EXPECT_EQ(c.count("decoder_id"), 0u);
+}
+
 TEST(RankScannerTest, FollowsAOneProcessRunAsRankZeroOnlyWhenAsked) {
   testing::TempDir dir;
   Append(dir.Join("spans-1.jsonl"), Meta(1, 0, "a", false) + Step(1, 1, 1000 * kS) +

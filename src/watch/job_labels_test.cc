@@ -132,5 +132,80 @@ TEST(JobLabelsTest, LoaderSeriesPerRankInTheirUnits) {
   EXPECT_EQ(LoaderPrometheus({}, {}), "");
 }
 
+// A device loader's decode split: images by where, the GPU's share, the mode
+// as a state set; the rates only once measured.
+TEST(JobLabelsTest, LoaderDecodeSplitSeries) {
+  const std::map<int, std::map<std::string, int64_t>> by_rank = {
+      {0,
+       {{"samples", 640},
+        {"decode_mode", 2},
+        {"gpu_decoder", 1},
+        {"cpu_decoded", 240},
+        {"gpu_decoded", 400},
+        {"gpu_decode_ns", 250'000'000},
+        {"gpu_decode_fallbacks", 2},
+        {"gpu_permille", 625},
+        {"cpu_per_s_per_thread", 300},
+        {"gpu_per_s", 4000}}},
+      {1, {{"samples", 600}}},
+      {2,
+       {{"decode_mode", 0},
+        {"gpu_decoder", 0},
+        {"cpu_decoded", 90},
+        {"gpu_decoded", 0},
+        {"gpu_permille", 0},
+        {"cpu_per_s_per_thread", 0},
+        {"gpu_per_s", 0}}},
+  };
+  const std::string page = LoaderPrometheus({{"Hostname", "n"}}, by_rank);
+  EXPECT_NE(page.find("# TYPE saturate_loader_decoded_images_total counter\n"
+                      "saturate_loader_decoded_images_total{Hostname=\"n\",rank=\"0\",where="
+                      "\"cpu\"} 240\n"
+                      "saturate_loader_decoded_images_total{Hostname=\"n\",rank=\"0\",where="
+                      "\"gpu\"} 400\n"
+                      "saturate_loader_decoded_images_total{Hostname=\"n\",rank=\"2\",where="
+                      "\"cpu\"} 90\n"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("# TYPE saturate_loader_gpu_decode_ratio gauge\n"
+                      "saturate_loader_gpu_decode_ratio{Hostname=\"n\",rank=\"0\"} 0.625\n"
+                      "saturate_loader_gpu_decode_ratio{Hostname=\"n\",rank=\"2\"} 0\n"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("saturate_loader_decode_mode{Hostname=\"n\",rank=\"0\",mode=\"cpu\"} 0\n"
+                      "saturate_loader_decode_mode{Hostname=\"n\",rank=\"0\",mode=\"gpu\"} 0\n"
+                      "saturate_loader_decode_mode{Hostname=\"n\",rank=\"0\",mode=\"auto\"} 1\n"
+                      "saturate_loader_decode_mode{Hostname=\"n\",rank=\"2\",mode=\"cpu\"} 1\n"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("saturate_loader_gpu_decode_seconds_total{Hostname=\"n\",rank=\"0\"} 0.25\n"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("saturate_loader_gpu_decode_fallbacks_total{Hostname=\"n\",rank=\"0\"} 2\n"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("saturate_loader_gpu_decoder_available{Hostname=\"n\",rank=\"2\"} 0\n"),
+            std::string::npos)
+      << page;
+  // Rates: rank 0's measured ones; rank 2 has measured none (0), so no series.
+  EXPECT_NE(page.find("# TYPE saturate_loader_gpu_decode_images_per_s gauge\n"
+                      "saturate_loader_gpu_decode_images_per_s{Hostname=\"n\",rank=\"0\"} "
+                      "4000\n"),
+            std::string::npos)
+      << page;
+  EXPECT_EQ(page.find("saturate_loader_gpu_decode_images_per_s{Hostname=\"n\",rank=\"2\"}"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("saturate_loader_cpu_decode_images_per_s_per_thread{Hostname=\"n\",rank="
+                      "\"0\"} 300\n"),
+            std::string::npos)
+      << page;
+  // Rank 1 has no device loader: none of its series.
+  EXPECT_EQ(page.find("rank=\"1\",where"), std::string::npos) << page;
+  EXPECT_EQ(page.find("saturate_loader_gpu_decode_ratio{Hostname=\"n\",rank=\"1\"}"),
+            std::string::npos)
+      << page;
+}
+
 }  // namespace
 }  // namespace saturate::watch

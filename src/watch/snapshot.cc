@@ -133,6 +133,85 @@ std::optional<double> Scaled(const std::optional<T>& v, double factor) {
   return v ? std::optional<double>(double(*v) * factor) : std::nullopt;
 }
 
+// A device loader's JPEG decode split (its "loader_decode" records; docs/gpu.md):
+// images decoded on each side, the GPU's share now, the decode mode, and the
+// rates decode="auto" balances. Ranks without such a record have none of them.
+template <typename RankLabels>
+void DecodeSplitPrometheus(const std::map<int, std::map<std::string, int64_t>>& by_rank,
+                           const RankLabels& labels, PrometheusText& page) {
+  auto value = [](const std::map<std::string, int64_t>& values,
+                  const char* key) -> std::optional<int64_t> {
+    const auto it = values.find(key);
+    return it == values.end() ? std::nullopt : std::optional<int64_t>(it->second);
+  };
+  // One family over the ranks: `sample(rank, values, emit)` calls emit(extra
+  // labels, value) for each series it has; the family is written only once
+  // one has.
+  auto family = [&](const char* name, const char* type, const char* help, auto sample) {
+    bool started = false;
+    for (const auto& [rank, values] : by_rank) {
+      sample(values, [&](const Labels& extra, double v) {
+        if (!started) page.Family(name, type, help);
+        started = true;
+        page.Sample(MergeLabels(labels(rank), extra), v);
+      });
+    }
+  };
+  family("saturate_loader_decoded_images_total", "counter",
+         "Images the device loaders decoded, by where: \"cpu\" (the loader's threads, and "
+         "images nvJPEG refused) or \"gpu\" (nvJPEG).",
+         [&](const auto& values, auto emit) {
+           const std::optional<int64_t> cpu = value(values, "cpu_decoded");
+           const std::optional<int64_t> gpu = value(values, "gpu_decoded");
+           if (!cpu && !gpu) return;
+           emit({{"where", "cpu"}}, double(cpu.value_or(0)));
+           emit({{"where", "gpu"}}, double(gpu.value_or(0)));
+         });
+  family("saturate_loader_gpu_decode_ratio", "gauge",
+         "Share of each batch's JPEGs handed to the GPU decoder now (0-1; decode=\"auto\" sets it "
+         "from the measured rates).",
+         [&](const auto& values, auto emit) {
+           if (auto permille = value(values, "gpu_permille")) emit({}, double(*permille) / 1000);
+         });
+  family("saturate_loader_decode_mode", "gauge",
+         "The device loader's decode= setting: 1 for the mode in force, 0 for the others.",
+         [&](const auto& values, auto emit) {
+           const std::optional<int64_t> mode = value(values, "decode_mode");
+           if (!mode) return;
+           const char* names[] = {"cpu", "gpu", "auto"};
+           for (int64_t m = 0; m < 3; ++m) emit({{"mode", names[m]}}, *mode == m ? 1 : 0);
+         });
+  family("saturate_loader_gpu_decoder_available", "gauge",
+         "1 when the GPU JPEG decoder (nvJPEG) opened; 0 when decode=\"auto\" fell back to the "
+         "CPU or decode=\"cpu\".",
+         [&](const auto& values, auto emit) {
+           if (auto up = value(values, "gpu_decoder")) emit({}, double(*up));
+         });
+  family("saturate_loader_gpu_decode_seconds_total", "counter",
+         "Time in the GPU decoder's calls (wall time of the device stage).",
+         [&](const auto& values, auto emit) {
+           if (auto ns = value(values, "gpu_decode_ns")) emit({}, double(*ns) * 1e-9);
+         });
+  family("saturate_loader_gpu_decode_fallbacks_total", "counter",
+         "JPEGs the GPU decoder refused, decoded on the CPU instead.",
+         [&](const auto& values, auto emit) {
+           if (auto n = value(values, "gpu_decode_fallbacks")) emit({}, double(*n));
+         });
+  // The measured rates decode="auto" splits by; absent until measured.
+  family("saturate_loader_cpu_decode_images_per_s_per_thread", "gauge",
+         "JPEGs one loader thread decodes per second (decode=\"auto\"'s measurement).",
+         [&](const auto& values, auto emit) {
+           const std::optional<int64_t> rate = value(values, "cpu_per_s_per_thread");
+           if (rate && *rate > 0) emit({}, double(*rate));
+         });
+  family("saturate_loader_gpu_decode_images_per_s", "gauge",
+         "JPEGs the GPU decodes per second (decode=\"auto\"'s measurement).",
+         [&](const auto& values, auto emit) {
+           const std::optional<int64_t> rate = value(values, "gpu_per_s");
+           if (rate && *rate > 0) emit({}, double(*rate));
+         });
+}
+
 }  // namespace
 
 json SnapshotJson(const Snapshot& s) {
@@ -365,6 +444,7 @@ std::string LoaderPrometheus(const Labels& host_labels,
     started = true;
     page.Sample(labels(rank), double(hits->second) / double(hits->second + misses->second));
   }
+  DecodeSplitPrometheus(by_rank, labels, page);
   return page.text();
 }
 
