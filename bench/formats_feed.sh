@@ -4,7 +4,8 @@
 #   - the same shards through `webdataset` + torch DataLoader (the best of several worker counts);
 #   - TFRecord files of tf.Example read directly by saturate;
 #   - with TF_PYTHON, the same TFRecord files through tf.data (bench/tfdata_feed.py:
-#     TFRecordDataset, parse_single_example, decode_and_crop_jpeg, resize, AUTOTUNE);
+#     TFRecordDataset, parse_single_example, decode_and_crop_jpeg, resize, AUTOTUNE), with
+#     TensorFlow's default resize and with antialias=True (the resize saturate does);
 #   - the shards packed into saturate's format (`saturate pack`), fed by saturate;
 #   - the same, packed with --keep-jpeg-bytes: the JPEGs as the shards hold them (no restart
 #     markers), so its ratio to direct reading is the cost of reading alone.
@@ -105,6 +106,9 @@ for _ in $(seq "$REPEATS"); do
   if [[ -n $TF_PY ]]; then
     "$TF_PY" bench/tfdata_feed.py "$work/tf-*.tfrecord" "$THREADS" "$TF_BATCHES" 2>/dev/null \
       >>"$work/results.jsonl"
+    # The same pipeline resizing as saturate does (antialiased): equal work per image.
+    "$TF_PY" bench/tfdata_feed.py "$work/tf-*.tfrecord" "$THREADS" "$TF_BATCHES" 5 --antialias \
+      2>/dev/null >>"$work/results.jsonl"
   fi
   feed "saturate packed" "$work/packed.sat"
   feed "saturate packed, JPEG bytes kept" "$work/packed-kept.sat"
@@ -130,8 +134,10 @@ print(f"direct WebDataset / packed: {direct / packed:.0%}; "
 kept = rate["saturate packed, JPEG bytes kept"]
 print(f"the same JPEG bytes (packed --keep-jpeg-bytes): direct WebDataset {direct / kept:.0%}, "
       f"direct TFRecord {rate['saturate direct TFRecord'] / kept:.0%}")
-if "tf.data (AUTOTUNE)" in rate:
-    t, d = "tf.data (AUTOTUNE)", "saturate direct TFRecord"
-    print(f"direct TFRecord / tf.data: {rate[d] / rate[t]:.2f}x images/s, "
-          f"{cpu[t] / cpu[d]:.2f}x less CPU per image")
+d = "saturate direct TFRecord"
+for t, what in (("tf.data (AUTOTUNE)", "its default resize (bilinear, not antialiased)"),
+                ("tf.data (AUTOTUNE), antialias", "resizing as saturate does (antialiased)")):
+    if t in rate:
+        print(f"direct TFRecord / tf.data with {what}: {rate[d] / rate[t]:.2f}x images/s, "
+              f"{cpu[t] / cpu[d]:.2f}x less CPU per image")
 PY

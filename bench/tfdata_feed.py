@@ -6,7 +6,10 @@ sample_distorted_bounding_box, decode_and_crop_jpeg, resize to 224x224, uint8) w
 num_parallel_calls=AUTOTUNE -> batch 64 -> prefetch(AUTOTUNE). Reads `image/encoded` and
 `image/class/label`. TensorFlow runs on THREADS cores (its private thread pool and op pools).
 
-usage: tfdata_feed.py PATTERN THREADS BATCHES [WARMUP]
+usage: tfdata_feed.py PATTERN THREADS BATCHES [WARMUP] [--antialias]
+  --antialias  resize with tf.image.resize(antialias=True): the same antialiased (area-weighted)
+               downscale that saturate and torchvision's RandomResizedCrop do; without it,
+               TensorFlow's default bilinear, which samples 2x2 source pixels per output pixel
 Prints one JSON line: {"mode": ..., "images_per_s": ..., "cpu_ms_per_image": ...} (the process's
 CPU time over the timed batches, all threads, per image). Benchmark only (TensorFlow is not a
 saturate dependency): run it with a Python that has tensorflow or tensorflow-cpu.
@@ -20,6 +23,9 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
+
+
+ANTIALIAS = "--antialias" in sys.argv[1:]
 
 
 def rrc_224(record):
@@ -44,13 +50,14 @@ def rrc_224(record):
     y, x, _ = tf.unstack(begin)
     h, w, _ = tf.unstack(size)
     image = tf.io.decode_and_crop_jpeg(encoded, tf.stack([y, x, h, w]), channels=3)
-    image = tf.image.resize(image, [224, 224], method="bilinear")
+    image = tf.image.resize(image, [224, 224], method="bilinear", antialias=ANTIALIAS)
     return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8), features["image/class/label"]
 
 
 def main():
-    pattern, threads, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    warmup = int(sys.argv[4]) if len(sys.argv) > 4 else 5
+    args = [a for a in sys.argv[1:] if a != "--antialias"]
+    pattern, threads, batches = args[0], int(args[1]), int(args[2])
+    warmup = int(args[3]) if len(args) > 3 else 5
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     files = sorted(glob.glob(pattern))
@@ -74,7 +81,7 @@ def main():
         n += int(x.shape[0])
     rate = n / (time.perf_counter() - start)
     cpu_ms = (time.process_time() - cpu) * 1e3 / n
-    print(json.dumps({"mode": "tf.data (AUTOTUNE)", "images_per_s": rate, "cpu_ms_per_image": cpu_ms}))
+    print(json.dumps({"mode": "tf.data (AUTOTUNE)" + (", antialias" if ANTIALIAS else ""), "images_per_s": rate, "cpu_ms_per_image": cpu_ms}))
 
 
 if __name__ == "__main__":
