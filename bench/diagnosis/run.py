@@ -38,6 +38,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 TRAIN = os.path.join(HERE, "train.py")
 MAKE_PHOTOS = os.path.join(REPO, "scripts", "make-photo-dataset")
+sys.path.insert(0, HERE)
+import gpu_scenarios  # noqa: E402  (the GPU scenarios: run.py --gpu)
+
 TOLERANCE = 0.30
 HEALTHY_MAX_PCT = 5.0
 
@@ -169,7 +172,8 @@ def wait_for_quiet(limit_s, max_cores=0.5):
 
 
 def doctor(cli, python, run_dir, scenario, args, torchrun=None, timeout=600, quiet_s=0):
-    """Runs train.py ARGS under `saturate doctor`; returns findings.json."""
+    """Runs train.py ARGS (a GPU scenario: train_gpu.py, with GPU sampling) under
+    `saturate doctor`; returns findings.json."""
     if quiet_s > 0:
         busy = wait_for_quiet(quiet_s)
         if busy is not None and busy >= 0.5:
@@ -180,14 +184,15 @@ def doctor(cli, python, run_dir, scenario, args, torchrun=None, timeout=600, qui
         command = [*torchrun, "--nproc_per_node=%d" % scenario.ranks, "--master_addr",
                    "127.0.0.1", "--master_port", str(free_port()), TRAIN, *args]
     else:
-        command = [python, TRAIN, *args]
+        command = [python, getattr(scenario, "script", TRAIN), *args]
+    gpu = getattr(scenario, "gpu", False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SATURATE_RUN")}
     t0 = time.monotonic()
     for attempt in range(4):
         try:
-            r = subprocess.run([*cli, "doctor", "--no-gpu", "--no-html", "--out", run_dir, "--",
-                                *command], env=env, capture_output=True, text=True,
-                               timeout=timeout)
+            r = subprocess.run([*cli, "doctor", *([] if gpu else ["--no-gpu"]), "--no-html",
+                                "--out", run_dir, "--", *command], env=env, capture_output=True,
+                               text=True, timeout=timeout)
             break
         except OSError as e:  # the CLI is being relinked by a build beside the suite
             if attempt == 3:
@@ -227,6 +232,10 @@ def throughput(findings, batch, world):
 def apply_fix(scenario, args, finding, findings):
     """train.py's flags after the fix the finding names; (args, description) or
     (None, reason) when the suite has no flag for it."""
+    if getattr(scenario, "gpu", False):  # pinned memory, syncs, AMP, batch: gpu_scenarios.py
+        gpu_fix = gpu_scenarios.apply_fix(args, finding)
+        if gpu_fix is not None:
+            return gpu_fix
     fix = finding.get("fix_value") or {}
     cause = finding["cause"]
     if scenario.straggler is not None and evidence(finding, "straggler_rank") is not None:
@@ -277,9 +286,29 @@ def within_tolerance(predicted, measured, upper_bound=False, tolerance=TOLERANCE
     return abs(got - want) <= slack
 
 
+def time_left(opts):
+    """Seconds left of --budget (infinite without one)."""
+    deadline = getattr(opts, "deadline", None)
+    return math.inf if deadline is None else deadline - time.monotonic()
+
+
+def run_needs(s, opts):
+    """Seconds one run of S takes at least: its time limit and a start-up."""
+    seconds = getattr(s, "seconds", None)
+    return (seconds[1] if opts.quick else seconds[0]) + 8 if seconds else 30
+
+
+def run_timeout(opts):
+    """One doctor run's timeout: 10 minutes, or what is left of --budget."""
+    return max(20, min(600, time_left(opts)))
+
+
 def run_scenario(s, opts, cli, photos):
     steps = s.steps[1] if opts.quick else s.steps[0]
     args = [photos if a == PHOTOS else a for a in s.args] + ["--steps", str(steps)]
+    if getattr(s, "seconds", None):  # GPU scenarios: a time limit, whatever a step takes
+        args += ["--seconds", str(s.seconds[1] if opts.quick else s.seconds[0])]
+    gpu = getattr(s, "gpu", False)
     row = {"scenario": s.name, "planted": s.planted, "expect": sorted(s.expect), "args": args}
     torchrun = None
     if s.ranks > 1:
@@ -292,8 +321,10 @@ def run_scenario(s, opts, cli, photos):
     log("%s: %s" % (s.name, " ".join(args)))
     out = os.path.join(opts.runs, s.name)
     before = doctor(cli, opts.python, os.path.join(out, "before"), s, args, torchrun,
-                    quiet_s=opts.quiet_wait)
+                    timeout=run_timeout(opts), quiet_s=opts.quiet_wait)
     row["before_other_cores"] = before.get("features", {}).get("other_cpu_cores")
+    if gpu:
+        row["before_gpu"] = gpu_scenarios.gpu_features(before)
     found = ranked(before)
     top = found[0] if found else None
     batch = int(flag(args, "-b", 32))
@@ -321,9 +352,14 @@ def run_scenario(s, opts, cli, photos):
     if fixed_args is None:
         return row
     row["fixed_args"] = fixed_args
+    if time_left(opts) < run_needs(s, opts):
+        row["fix_applied"] = how + " (not run: --budget spent)"
+        return row
     after = doctor(cli, opts.python, os.path.join(out, "after"), s, fixed_args, torchrun,
-                   quiet_s=opts.quiet_wait)
+                   timeout=run_timeout(opts), quiet_s=opts.quiet_wait)
     row["after_other_cores"] = after.get("features", {}).get("other_cpu_cores")
+    if gpu:
+        row["after_gpu"] = gpu_scenarios.gpu_features(after)
     row["after_samples_per_s"] = throughput(after, int(flag(fixed_args, "-b", 32)), s.ranks)
     row["after_top"] = (ranked(after) or [{"cause": None}])[0]["cause"]
     # --repeat: more before/after pairs, interleaved; the best rate of each
@@ -435,17 +471,38 @@ def main(argv=None):
                    "machine to drop below 0.5 cores (default 20, 0 with --quick)")
     p.add_argument("--repeat", type=int, default=1,
                    help="measure each gain over this many before/after pairs (best rate of each)")
-    p.add_argument("--json", default=None, help="write the rows and the summary here")
+    p.add_argument("--json", default=None,
+                   help="write the rows and the summary here (after each scenario)")
+    p.add_argument("--gpu", action="store_true",
+                   help="the GPU scenarios (gpu_scenarios.py: train_gpu.py on one CUDA GPU, doctor "
+                   "with GPU sampling) instead of the CPU ones: " +
+                   ", ".join(s.name for s in gpu_scenarios.GPU_SCENARIOS))
+    p.add_argument("--list", action="store_true",
+                   help="print the scenarios (planted cause, right causes, fix, command); run none")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds the whole run may take: a scenario or fix re-run that would not "
+                   "fit is reported skipped")
     opts = p.parse_args(argv)
 
     if opts.quiet_wait is None:
         opts.quiet_wait = 0 if opts.quick else 20
-    names = {s.name for s in SCENARIOS}
+    pool = gpu_scenarios.GPU_SCENARIOS if opts.gpu else SCENARIOS
+    names = {s.name for s in pool}
     for n in opts.only:
         if n not in names:
-            p.error("unknown scenario %r (known: %s)" % (n, ", ".join(sorted(names))))
-    chosen = [s for s in SCENARIOS if (not opts.only or s.name in opts.only)
+            p.error("unknown scenario %r (known%s: %s)" % (n, " with --gpu" if opts.gpu else "",
+                                                          ", ".join(sorted(names))))
+    chosen = [s for s in pool if (not opts.only or s.name in opts.only)
               and not (opts.cpu_only and s.ranks > 1)]
+    if opts.list:
+        print(scenario_list(chosen, opts))
+        return 0
+    opts.deadline = None if opts.budget is None else time.monotonic() + opts.budget
+    if opts.gpu:
+        ok, message = gpu_scenarios.cuda_check(opts.python)
+        log(message)
+        if not ok:
+            return 2
     cli = saturate_cli(opts.saturate)
     os.makedirs(opts.runs, exist_ok=True)
     photos = None
@@ -455,22 +512,55 @@ def main(argv=None):
     rows = []
     t0 = time.monotonic()
     for s in chosen:
+        if time_left(opts) < run_needs(s, opts):
+            rows.append({"scenario": s.name, "planted": s.planted, "expect": sorted(s.expect),
+                         "skipped": "no time left of --budget %.0f s" % opts.budget})
+            continue
         try:
             rows.append(run_scenario(s, opts, cli, photos))
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             log("%s failed: %s" % (s.name, e))
             rows.append({"scenario": s.name, "planted": s.planted, "expect": sorted(s.expect),
                          "error": str(e).splitlines()[0], "right": False})
+        if opts.json:  # what ran so far, should the run be cut off
+            write_json(opts.json, rows, opts)
     s = summary(rows)
     print(table(rows))
+    if opts.gpu:
+        print()
+        print(gpu_scenarios.gpu_table(rows))
     print()
     print(summary_line(s))
     log("%.0f s" % (time.monotonic() - t0))
     if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump({"rows": rows, "summary": s, "quick": opts.quick,
-                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, f, indent=1)
+        write_json(opts.json, rows, opts)
     return 0
+
+
+def write_json(path, rows, opts):
+    doc = {"rows": rows, "summary": summary(rows), "quick": opts.quick, "gpu": opts.gpu,
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "table": table(rows)}
+    if opts.gpu:
+        doc["gpu_table"] = gpu_scenarios.gpu_table(rows)
+    with open(path + ".tmp", "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def scenario_list(scenarios, opts):
+    """The scenarios as a table: what each plants, what counts as right, the fix, the command."""
+    head = ["scenario", "planted cause", "counts as right", "fix (as the script's flag)", "command"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in scenarios:
+        steps = s.steps[1] if opts.quick else s.steps[0]
+        args = list(s.args) + (["--seconds", str(s.seconds[1] if opts.quick else s.seconds[0])]
+                               if getattr(s, "seconds", None) else ["--steps", str(steps)])
+        script = os.path.basename(getattr(s, "script", TRAIN))
+        runner = "torchrun x%d " % s.ranks if s.ranks > 1 else ""
+        out.append("| %s | %s | %s | %s | `%s%s %s` |" % (
+            s.name, s.planted, ", ".join(sorted(s.expect)) or "no finding above 5%",
+            getattr(s, "fix", "-"), runner, script, " ".join(args)))
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

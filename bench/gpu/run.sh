@@ -24,6 +24,10 @@
 #   pytest-gpu  pytest -m gpu python/tests (CUDA batches, both import orders, GPM counters,
 #               GPU decode, the checkpoint pool's page-locking)
 #   nvjpeg      device_loader_nvjpeg_gpu_test run directly: the pixel differences it prints
+#   diagnosis   doctor's accuracy suite, GPU scenarios (bench/diagnosis/run.py --gpu --quick,
+#               ~2 minutes): pageable copies, host syncs, small kernels, AMP off, a healthy
+#               loop; each under saturate doctor with GPU sampling, its fix applied and run
+#               again -> diagnosis_gpu.json (rows, goals, tables); run dirs in logs.tar.gz
 #   photos      3,000 ImageNet-like JPEGs (scripts/make-photo-dataset, from the carried
 #               wallpapers)
 #   pack        saturate pack folder -> a .sat dataset
@@ -48,9 +52,10 @@
 # checking the programs were built), makes 200 photos and runs the benches' --smoke modes.
 #
 # Output: $OUT (the device tool's folder) or runs/gpu (runs/gpu-dry): run.log (everything),
-# summary.txt, checkpoint_bench.json, matrix.json, h2d.json, train_bench.json,
-# train_bench_fp16.json, logs.tar.gz (one log per step, CTest's log) -- at most eight files,
-# the device tool's limit.
+# summary.txt, diagnosis_gpu.json, checkpoint_bench.json, matrix.json, h2d.json,
+# train_bench.json, train_bench_fp16.json, logs.tar.gz (one log per step, CTest's log, the
+# diagnosis run directories) -- nine files with every step run, one more than the device
+# tool brings back: SKIP one of the earlier runs' (h2d, train, train-fp16).
 #
 # usage: bash bench/gpu/run.sh [--dry-run] [--help]
 # environment:
@@ -514,6 +519,42 @@ step_nvjpeg() {
   timeout --kill-after=10 120 "$bin"
 }
 
+# doctor's accuracy suite on the GPU (issue 28, point 4; docs/diagnosis.md, "GPU scenarios"):
+# one planted cause per scenario in bench/diagnosis/train_gpu.py, run under saturate doctor
+# with GPU sampling (NVML, GPM), the top finding's fix applied as the script's flag and run
+# again -> diagnosis_gpu.json. --quick: 6 s of training per run, 9 runs; --budget skips
+# what would not fit. The run directories go into logs.tar.gz for re-analysis.
+step_diagnosis() {
+  use_prefix
+  local suite=$root/bench/diagnosis/run.py sat=$build/tools/saturate/saturate
+  local rundirs=/tmp/saturate-diagnosis-gpu rc=0
+  [[ -x $sat ]] || { echo "$sat was not built"; return 1; }
+  "$py" "$suite" --gpu --quick --list
+  if ((dry)); then
+    # Without a GPU run.py --gpu must stop with a message (exit 2), not a traceback.
+    local err=$logs/diagnosis-nogpu.txt
+    "$py" "$suite" --gpu --quick --saturate "$sat" --runs "$rundirs" 2>"$err" || rc=$?
+    cat "$err"
+    if ((rc != 2)) || grep -q Traceback "$err"; then
+      echo "run.py --gpu without a GPU: exit $rc, expected 2 and a message"
+      return 1
+    fi
+    skip "dry run: GPU scenarios listed; run.py --gpu stops cleanly without a GPU"
+  fi
+  local t=$(($(left) - 10))
+  ((t <= diagnosis_seconds)) || t=$diagnosis_seconds
+  ((t >= 60)) || skip "no time left of RUN_BUDGET"
+  rm -rf "$rundirs"
+  timeout --kill-after=10 "$t" "$py" "$suite" --gpu --quick --budget $((t - 10)) \
+    --saturate "$sat" --runs "$rundirs" --json "$out/diagnosis_gpu.json" || rc=$?
+  if [[ -d $rundirs ]]; then
+    mkdir -p "$logs/diagnosis-gpu"
+    cp -r "$rundirs"/. "$logs/diagnosis-gpu/"
+    du -sh "$logs/diagnosis-gpu"
+  fi
+  return "$rc"
+}
+
 # Checkpoints while ResNet-50 and a 1.2 GiB GPT train: saturate vs torch.save vs
 # dcp.async_save (issue 25, point 4) -> checkpoint_bench.json.
 step_checkpoint() {
@@ -573,6 +614,7 @@ feeds_for_train() {  # the feeds the earlier steps made possible (and FEEDS allo
 }
 
 fp16_seconds=110       # what train-fp16 needs: two feeds of ~25 s, model builds, warmups
+diagnosis_seconds=125  # run.py --gpu --quick: 9 doctor runs of ~6 s training + ~5 s start
 example_seconds=50     # the example: 100 steps of ResNet-18, imports, cuDNN autotuning
 checkpoint_seconds=90  # gpu_checkpoint_bench at its default sizes: ~65 s on an H100
 matrix_seconds=150     # gpu_train_bench --matrix default: 10 cells of ~6 s, two model builds
@@ -629,6 +671,7 @@ needs provenance build && run_step provenance 1 step_provenance
 needs ctest-gpu build && run_step ctest-gpu 1 step_ctest_gpu
 needs pytest-gpu build && run_step pytest-gpu 1 step_pytest_gpu
 needs nvjpeg build && run_step nvjpeg 1 step_nvjpeg
+needs diagnosis build && run_step diagnosis 1 step_diagnosis
 needs photos deps && run_step photos 1 step_photos
 needs pack build photos && run_step pack 1 step_pack
 needs feed pack && run_step feed 1 step_feed

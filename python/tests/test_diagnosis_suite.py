@@ -119,3 +119,113 @@ def test_fixes_map_to_the_scripts_flags():
         {"cause": "input_pipeline", "fix_value": None,
          "evidence": [{"key": "straggler_rank", "value": 1}]}, {"features": {}})
     assert out == ["-b", "8"]
+
+
+# ---- the GPU scenarios (run.py --gpu, bench/diagnosis/gpu_scenarios.py): what a machine
+# without a GPU can check. They run on a lent GPU through bench/gpu/run.sh's diagnosis step.
+
+gpu = suite.gpu_scenarios
+
+
+def test_gpu_scenarios_are_well_formed():
+    names = [s.name for s in gpu.GPU_SCENARIOS]
+    assert len(set(names)) == len(names)
+    assert not set(names) & {s.name for s in suite.SCENARIOS}, "--only must not be ambiguous"
+    planted = set()
+    for s in gpu.GPU_SCENARIOS:
+        assert s.gpu and s.ranks == 1 and s.straggler is None, s.name
+        assert s.expect <= gpu.CAUSES, (s.name, s.expect)
+        assert 0 < s.seconds[1] <= s.seconds[0], s.name
+        assert os.path.exists(s.script) and s.fix, s.name
+        assert "--seconds" not in s.args and "--steps" not in s.args, "run.py adds them"
+        planted |= s.expect
+    # The issue's four causes (small kernels: either GPU rule) and a healthy loop.
+    assert planted == {"host_to_device_copy", "host_sync", "parallelism", "launch_bound",
+                       "model_config"}
+    assert sum(1 for s in gpu.GPU_SCENARIOS if not s.expect) == 1
+    listed = suite.scenario_list(gpu.GPU_SCENARIOS, suite.argparse.Namespace(quick=True))
+    assert all("| %s |" % n in listed for n in names) and "--seconds 6" in listed, listed
+
+
+def test_gpu_fixes_map_to_the_scripts_flags():
+    (copy,) = [s for s in gpu.GPU_SCENARIOS if "host_to_device_copy" in s.expect]
+    (sync,) = [s for s in gpu.GPU_SCENARIOS if "host_sync" in s.expect]
+    (amp,) = [s for s in gpu.GPU_SCENARIOS if "model_config" in s.expect]
+    (small,) = [s for s in gpu.GPU_SCENARIOS if "launch_bound" in s.expect]
+
+    def fix(s, cause, fix_value=None, args=None):
+        args = list(s.args if args is None else args) + ["--steps", "500"]
+        return suite.apply_fix(s, args, {"cause": cause, "fix_value": fix_value}, {"features": {}})
+
+    out, how = fix(copy, "host_to_device_copy", {"pin_memory": 1})
+    assert how == "--pin-memory" and "--pin-memory" in out
+    assert fix(copy, "host_to_device_copy", args=out)[0] is None, "already pinned"
+    out, how = fix(sync, "host_sync", {"syncs_per_step": 0.1})
+    assert how == "--sync-every 0" and suite.flag(out, "--sync-every") == "0"
+    out, how = fix(sync, "host_sync", args=out)  # the sync left: the logging's .item()
+    assert suite.flag(out, "-p") == "100"
+    out, how = fix(amp, "model_config", {"precision_bits": 16})
+    assert suite.flag(out, "--amp") == "bf16"
+    assert fix(amp, "model_config", args=out)[0] is None, "already bf16"
+    for cause, value, batch in (("parallelism", {"batch_size_factor": 4}, "32"),
+                                ("parallelism", {"batch_size": 64}, "64"),
+                                ("launch_bound", None, "16")):
+        out, how = fix(small, cause, value)
+        assert (how, suite.flag(out, "-b"), suite.flag(out, "--steps")) == ("-b " + batch, batch,
+                                                                              "500"), cause
+    # Causes without a GPU flag fall through to the CPU mapping.
+    out, how = fix(copy, "input_pipeline", {"num_workers": 8})
+    assert suite.flag(out, "-j") == "8"
+
+
+def test_gpu_script_runs_each_scenario_and_fix_on_the_cpu():
+    """train_gpu.py's loop for every scenario and its fix, shrunk (32 px, batch 4,
+    2 steps, no workers) and on the CPU: the flags parse and every path runs."""
+    spec = importlib.util.spec_from_file_location("train_gpu", gpu.TRAIN_GPU)
+    train_gpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_gpu)
+    shrink = {"--image-size": 32, "-b": 4, "--hidden": 64, "-j": 0, "--synthetic-size": 16,
+              "--epoch-samples": 64, "--host-work-ms": 1, "--steps": 2, "--device": "cpu"}
+    for s in gpu.GPU_SCENARIOS:
+        runs = [list(s.args)]
+        for cause in sorted(s.expect):
+            fixed, _ = gpu.apply_fix(s.args, {"cause": cause,
+                                              "fix_value": {"batch_size_factor": 2}})
+            runs.append(fixed)
+        for args in runs:
+            for name, value in shrink.items():
+                if name in ("--hidden", "--epoch-samples", "--host-work-ms") and name not in args:
+                    continue
+                args = gpu.set_flag(args, name, value)
+            assert train_gpu.main(args) == 0, (s.name, args)
+
+
+def test_gpu_without_cuda_exits_with_a_message(tmp_path):
+    import subprocess
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    r = subprocess.run([sys.executable, SUITE, "--gpu", "--quick", "--runs", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "no CUDA device" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_gpu_rows_keep_what_the_gpu_saw():
+    findings = {"features": {"device_busy_pct": 71.5, "gpm_sm_active_pct": 88.0,
+                             "gpm_tensor_active_pct": 0.4, "copy_pct": 41.0,
+                             "step_time_median_s": 0.052, "loader_kind": "torch",
+                             "host_syncs": [{"site": "t.py:9", "device": "cuda", "per_step": 1.0,
+                                             "total_s": 2.5},
+                                            {"site": "t.py:3", "device": "cpu", "per_step": 1.0,
+                                             "total_s": 0.1}]}}
+    feats = gpu.gpu_features(findings)
+    assert feats["cuda_syncs_per_step"] == 1.0 and feats["cuda_sync_s"] == 2.5
+    assert "loader_kind" not in feats
+    row = {"scenario": "x", "before_gpu": feats,
+           "after_gpu": {"device_busy_pct": 96.0, "step_time_median_s": 0.040}}
+    text = gpu.gpu_table([row, {"scenario": "y", "skipped": "budget"}])
+    assert "| x | 72 -> 96 | 88 | 0.4 | 41 | 1.00 | 52.0 -> 40.0 |" in text, text
+    assert "| y |" not in text
