@@ -40,6 +40,13 @@ constexpr double kIdleAllocationPct = 50;  // a GPU below 5% util for this share
 constexpr double kFp32AssumedGain = 0.3;   // conservative share of GPU time bf16 would save
 constexpr double kSyncsPerStep = 0.5;      // a CPU-run call site this frequent runs every step
 constexpr double kUnattributedPct = 15;    // step time in no phase worth a note
+// DataLoader workers where the run loaded inline (num_workers=0): what an
+// inline run cannot show, measured by bench/diagnosis/calibrate_workers.py
+// (docs/diagnosis.md, "Workers where there were none").
+constexpr double kWorkerCpuFactor = 1.14;   // a sample's loading in a worker / inline: collation
+                                            // into shared memory, the batch handed over
+constexpr double kWorkerStartCpuS = 0.058;  // CPU of one worker's start and stop (non-persistent
+                                            // workers: every pass), its first fetch's excess too
 // GPM activity counters (Hopper and later).
 constexpr int64_t kGpmMinSamples = 3;            // steady-state samples with counters
 constexpr double kLaunchBoundUtilPct = 90;       // "busy" by utilization ...
@@ -339,16 +346,31 @@ std::optional<ThreadPlan> PlanLoaderThreads(const Features& f, double loader_ns_
 
 std::optional<ThreadPlan> PlanLoaderThreads(const Features& f) {
   if (!f.loader_cpu_ns_per_sample) return std::nullopt;
-  return PlanLoaderThreads(f, *f.loader_cpu_ns_per_sample);
+  return PlanLoaderThreads(
+      f, *f.loader_cpu_ns_per_sample * (InlineLoading(f) ? kWorkerCpuFactor : 1.0));
+}
+
+// What workers started where the run loaded inline add per pass over the
+// DataLoader, when they are not persistent (they start again at every pass).
+struct PassStarts {
+  double wait_s = 0;  // the first batch, loaded by one fresh worker alone
+  double cpu_s = 0;   // the workers' starts and stops, on the free cores
+};
+
+PassStarts NewWorkerPassStarts(const Features& f, const ThreadPlan& plan) {
+  if (!InlineLoading(f) || f.loader_persistent_workers == true) return {};
+  return {double(*f.loader_batch_size) * plan.loader_ns_per_sample / 1e9,
+          plan.threads * kWorkerStartCpuS};
 }
 
 // A step once the loader feeds `plan.feed_per_s`, with the costs the fix
 // leaves in place. It is the longest of three: the training thread's own path
 // (its compute and the blocking saves, which stay); the loading (batch / feed);
 // and all the CPU a step needs (loader and training per sample, and the
-// writer's while it saves) spread over the free cores. `pass_start_s` per pass
-// is a wait on top: the first batch of a pass, loaded by one fresh worker
-// alone, when the fix starts workers that are not persistent.
+// writer's while it saves, and the workers' starts) spread over the free
+// cores. The first batch of each pass (`starts.wait_s`) is a wait on top:
+// while a fresh worker loads it the training thread idles, and the forks are
+// serial, so the cores are not full (the suite's restarting runs: 6% idle).
 struct ComposedStep {
   double step_s = 0;
   double serial_s = 0;       // compute + saves on the training thread
@@ -357,16 +379,17 @@ struct ComposedStep {
   double pass_starts_s = 0;  // per step
 };
 
-ComposedStep ComposeStep(const Features& f, const ThreadPlan& plan, double pass_start_s) {
+ComposedStep ComposeStep(const Features& f, const ThreadPlan& plan, PassStarts starts) {
   ComposedStep c;
   const double batch = double(*f.loader_batch_size);
   const double passes_per_step = f.steps > 0 ? double(f.loader_passes) / double(f.steps) : 0;
   c.serial_s = plan.compute_s + plan.saves_s;
   c.loading_s = batch / plan.feed_per_s;
-  c.cpu_s =
-      (batch * (plan.loader_ns_per_sample + plan.train_ns_per_sample) / 1e9 + plan.save_cpu_s) /
-      plan.free_cores;
-  c.pass_starts_s = pass_start_s * passes_per_step;
+  c.start_cpu_s = starts.cpu_s * passes_per_step;
+  c.cpu_s = (batch * (plan.loader_ns_per_sample + plan.train_ns_per_sample) / 1e9 +
+             plan.save_cpu_s + c.start_cpu_s) /
+            plan.free_cores;
+  c.pass_starts_s = starts.wait_s * passes_per_step;
   c.step_s = std::max({c.serial_s, c.loading_s, c.cpu_s}) + c.pass_starts_s;
   return c;
 }
@@ -384,6 +407,8 @@ std::string ComposedWords(const ThreadPlan& plan, const ComposedStep& c) {
         : c.serial_s >= c.loading_s
             ? ", and the training thread's compute and saves take " + Secs(c.serial_s)
             : "";
+// A fix that raises the threads: inline loading moved into worker processes
+// costs kWorkerCpuFactor more CPU per sample than the run measured.
   }
   if (c.pass_starts_s > 0) {
     words += "; workers started at each pass add " + Secs(c.pass_starts_s) + " per step";
@@ -402,6 +427,7 @@ struct Knobs {
 
 Knobs KnobsOf(const Features& f) {
   if (f.loader_kind != "torch") return {};
+  double start_cpu_s = 0;    // the workers' starts' CPU per step (in cpu_s)
   return {"DataLoader num_workers", "num_workers", "DataLoader prefetch_factor", "prefetch_factor"};
 }
 
@@ -434,6 +460,7 @@ std::optional<Finding> WorkerRestarts(const Features& f, Finding x) {
   x.fix =
       Fmt("Set DataLoader(persistent_workers=True)%s: %.0f%% of the wait (%.2f s) is for the "
           "first batch of each of %lld passes, while %lld worker process%s start again; "
+    if (c.start_cpu_s > 0) words += " (and " + Secs(c.start_cpu_s) + " of CPU)";
           "the other batches wait %.0f ms each on average.",
           f.loader_site.empty() ? "" : (" at " + f.loader_site).c_str(),
           100 * first_s / *f.data_wait_s, first_s, (long long)f.loader_passes,
@@ -491,15 +518,15 @@ void PredictThreads(const Features& f, Finding& x, const ThreadPlan& plan,
   std::optional<StepSplit> s = SplitStep(f);
   if (!s || plan.feed_per_s <= 0) return;
   const double batch = double(*f.loader_batch_size);
-  const bool new_workers =
-      f.loader_threads.value_or(-1) == 0 && f.loader_persistent_workers != true;
-  const double pass_start_s = new_workers ? batch * plan.loader_ns_per_sample / 1e9 : 0;
-  const ComposedStep c = ComposeStep(f, plan, pass_start_s);
+  const ComposedStep c = ComposeStep(f, plan, NewWorkerPassStarts(f, plan));
+  const std::string in_workers =
+      InlineLoading(f) ? Fmt(" (in workers %.2fx the inline CPU per sample)", kWorkerCpuFactor)
+                       : std::string();
   PredictStep(f, x, s->step_s, c.step_s,
               "data wait " + Secs(s->wait_s) + " of " + Secs(s->step_s) + " per step; " +
-                  Fmt("with %s=%.0f the loader feeds %.0f samples/s, so a step of %.0f samples "
-                      "waits ~",
-                      knob.c_str(), plan.threads, plan.feed_per_s, batch) +
+                  Fmt("with %s=%.0f the loader feeds %.0f samples/s%s, so a step of %.0f "
+                      "samples waits ~",
+                      knob.c_str(), plan.threads, plan.feed_per_s, in_workers.c_str(), batch) +
                   Secs(std::max(0.0, c.step_s - c.pass_starts_s - c.serial_s)) +
                   ComposedWords(plan, c),
               false);
@@ -541,9 +568,11 @@ std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOption
     const long long threads = f.loader_threads.value_or(0);
     const std::string per_sample = CpuTime(*f.loader_cpu_ns_per_sample);
     if (plan->threads > double(threads)) {
-      fix = Fmt("Set %s=%.0f", knobs.threads.c_str(), plan->threads) +
-            NowText(f, threads, plan->threads) +
-            Fmt(": %.0f samples/s x %s of CPU per sample.", plan->feed_per_s, per_sample.c_str());
+      fix =
+          Fmt("Set %s=%.0f", knobs.threads.c_str(), plan->threads) +
+          NowText(f, threads, plan->threads) +
+          Fmt(": %.0f samples/s x %s of CPU per sample%s.", plan->feed_per_s,
+              CpuTime(plan->loader_ns_per_sample).c_str(), InlineLoading(f) ? " in a worker" : "");
       if (plan->fit_per_s < plan->target_per_s) {
         fix +=
             Fmt(" That is all %.0f free cores can feed (the step could take %.0f/s); beyond it "
@@ -650,7 +679,7 @@ void PredictStorageFixed(const Features& f, Finding& x, const DataWait& w) {
   }
   std::optional<ThreadPlan> plan = PlanLoaderThreads(f, ns, double(*f.loader_threads));
   if (!plan) return PredictNoWait(f, x, w, "with storage that keeps up");
-  const ComposedStep c = ComposeStep(f, *plan, 0);
+  const ComposedStep c = ComposeStep(f, *plan, {});
   PredictStep(f, x, s->step_s, c.step_s,
               head +
                   Fmt(": %s=%lld on %.1f free cores feeds %.0f samples/s, so a step of "
