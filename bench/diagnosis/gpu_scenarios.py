@@ -84,6 +84,31 @@ GPU_SCENARIOS = [
 ]
 
 
+# --smoke: every scenario shrunk to run on the CPU in seconds.
+SMOKE = {"--device": "cpu", "--image-size": "32", "-b": "4", "--hidden": "64",
+         "--synthetic-size": "16", "--epoch-samples": "64", "--host-work-ms": "1", "-j": "1"}
+ONLY_IF_SET = ("--hidden", "--epoch-samples", "--host-work-ms", "-j")
+
+
+def shrink(args):
+    """ARGS with SMOKE's sizes (a flag of ONLY_IF_SET only where ARGS has it)."""
+    for name, value in SMOKE.items():
+        if name in args or name not in ONLY_IF_SET:
+            args = set_flag(args, name, value)
+    return args
+
+
+def smoke(scenarios):
+    """The scenarios on the CPU (train_gpu.py --device cpu), shrunk, 2 s each:
+    the driver's whole path (doctor, the fix, the re-run, the JSON) where no GPU
+    is; their findings are the CPU's, not the planted causes'."""
+    out = []
+    for s in scenarios:
+        small = GpuScenario(s.name, s.planted, s.expect, shrink(s.args), (2, 2), s.fix)
+        out.append(small)
+    return out
+
+
 def flag(args, name, default=None):
     return args[args.index(name) + 1] if name in args else default
 

@@ -116,9 +116,8 @@ def batches(args, dataset, device):
     """(images, target) per step: from a DataLoader, or drawn from the set in GPU memory."""
     if args.data_on_gpu:
         images, labels = (t.to(device) for t in dataset.tensors)
-        per_epoch = (args.epoch_samples or len(images)) // args.batch_size
-        if per_epoch == 0:
-            raise SystemExit("train_gpu.py: an epoch holds fewer samples than one batch")
+        # Drawn with replacement: a batch may be larger than the set (a batch fix).
+        per_epoch = max(1, (args.epoch_samples or len(images)) // args.batch_size)
         while True:
             for _ in range(per_epoch):
                 idx = torch.randint(len(images), (args.batch_size,), device=device)

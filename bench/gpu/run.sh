@@ -27,7 +27,8 @@
 #   diagnosis   doctor's accuracy suite, GPU scenarios (bench/diagnosis/run.py --gpu --quick,
 #               ~2 minutes): pageable copies, host syncs, small kernels, AMP off, a healthy
 #               loop; each under saturate doctor with GPU sampling, its fix applied and run
-#               again -> diagnosis_gpu.json (rows, goals, tables); run dirs in logs.tar.gz
+#               again -> diagnosis_gpu.json (rows, goals, tables); run dirs in logs.tar.gz.
+#               --dry-run: the no-GPU message, and run.py --smoke (shrunk, on the CPU)
 #   photos      3,000 ImageNet-like JPEGs (scripts/make-photo-dataset, from the carried
 #               wallpapers)
 #   pack        saturate pack folder -> a .sat dataset
@@ -539,7 +540,17 @@ step_diagnosis() {
       echo "run.py --gpu without a GPU: exit $rc, expected 2 and a message"
       return 1
     fi
-    skip "dry run: GPU scenarios listed; run.py --gpu stops cleanly without a GPU"
+    # The driver's whole path on the CPU: each scenario shrunk, under doctor, its fix re-run.
+    "$py" "$suite" --smoke --quick --saturate "$sat" --runs "$rundirs" \
+      --json "$out/diagnosis_gpu.json"
+    "$py" - "$out/diagnosis_gpu.json" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+bad = ["%s: %s" % (r["scenario"], r.get("error") or r.get("after_error") or r.get("skipped"))
+       for r in rows if r.get("error") or r.get("after_error") or r.get("skipped")]
+sys.exit("smoke runs failed: %s" % bad if bad else 0)
+EOF
+    skip "dry run: GPU scenarios listed, run.py --gpu stops cleanly without a GPU, --smoke ran"
   fi
   local t=$(($(left) - 10))
   ((t <= diagnosis_seconds)) || t=$diagnosis_seconds
