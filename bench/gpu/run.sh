@@ -625,7 +625,7 @@ feeds_for_train() {  # the feeds the earlier steps made possible (and FEEDS allo
 }
 
 fp16_seconds=110       # what train-fp16 needs: two feeds of ~25 s, model builds, warmups
-diagnosis_seconds=125  # run.py --gpu --quick: 9 doctor runs of ~6 s training + ~5 s start
+diagnosis_seconds=120  # run.py --gpu --quick: 9 doctor runs of 6 s training + ~5 s start
 example_seconds=50     # the example: 100 steps of ResNet-18, imports, cuDNN autotuning
 checkpoint_seconds=90  # gpu_checkpoint_bench at its default sizes: ~65 s on an H100
 matrix_seconds=150     # gpu_train_bench --matrix default: 10 cells of ~6 s, two model builds
