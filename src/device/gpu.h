@@ -101,6 +101,8 @@ class Gpu {
 
   // Enqueued on `stream`; `src` must be pinned for the copy to be asynchronous.
   virtual Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream stream) = 0;
+  // Enqueued on `stream`; `src` and `dst` are device memory and do not overlap.
+  virtual Status CopyOnDevice(void* dst, const void* src, size_t bytes, Stream stream) = 0;
   // Enqueued on `stream`; `src` and `dst` are device memory.
   virtual Status ConvertPixels(const PixelConvert& spec, const void* src, void* dst,
                                Stream stream) = 0;

@@ -158,6 +158,7 @@ Result<DecodeMode> ParseDecode(const std::string& decode) {
 // A JPEG a worker handed over: its bytes (copied), crop and flip.
 struct TakenImage {
   bool present = false;
+  uint64_t record = 0;
   image::CropRect crop;
   bool hflip = false;
   std::vector<std::byte> bytes;  // reused from batch to batch
@@ -187,6 +188,7 @@ class GpuDeferral : public ImageDeferral {
   void Take(const DeferredImage& image) override {
     TakenImage& t = Slot(image.slot0, image.slot);
     t.bytes.assign(image.encoded.begin(), image.encoded.end());
+    t.record = image.record;
     t.crop = image.crop;
     t.hflip = image.hflip;
     t.present = true;
@@ -256,6 +258,8 @@ class DeviceLoader::Impl {
       host.fields.push_back(f);
     }
     dataset.reset();
+    dataset_ = options.dataset;
+    skip_bad_ = options.skip_bad;
     SATURATE_RETURN_IF_ERROR(OpenDecoder(options.batch_size, &host));
     host.allocator = std::make_shared<PinnedAllocator>(gpu_);
     // The stage holds `prefetch_` batches in flight and up to two whose copy may still run.
@@ -336,6 +340,7 @@ class DeviceLoader::Impl {
     s.gpu_decoded = gpu_decoded_;
     s.gpu_decode_ns = gpu_decode_ns_;
     s.gpu_decode_fallbacks = gpu_fallbacks_;
+    s.skipped += gpu_skipped_;
     s.gpu_decode_fraction = deferral_ != nullptr ? deferral_->fraction() : 0.0;
     s.cpu_decode_images_per_s_per_thread = split_.cpu_images_per_s_per_thread();
     s.gpu_decode_images_per_s = split_.gpu_images_per_s();
@@ -394,6 +399,7 @@ class DeviceLoader::Impl {
     auto* base = static_cast<std::byte*>(buffer.data);
     size_t offset = 0;
     std::vector<TensorView> tensors;
+    std::vector<uint64_t> unreadable;  // rows whose JPEG no decoder could read (skip_bad)
     for (const TensorView& t : e->host.tensors()) {
       TensorView d = t;
       d.cuda_device = gpu.index();
@@ -401,11 +407,18 @@ class DeviceLoader::Impl {
       SATURATE_RETURN_IF_ERROR(gpu.CopyToDevice(d.data, t.data, t.bytes(), copy_stream_));
       offset += AlignUp(t.bytes());
       h2d_bytes_.fetch_add(t.bytes());
-      if (const ImageOnDevice* image = FindImage(t.name)) {
-        if (deferral_ != nullptr) SATURATE_RETURN_IF_ERROR(DecodeOnGpu(*e, t, d.data));
-        SATURATE_RETURN_IF_ERROR(ConvertImage(*image, t, base, &offset, &d));
+      if (deferral_ != nullptr && FindImage(t.name) != nullptr) {
+        SATURATE_RETURN_IF_ERROR(DecodeOnGpu(*e, t, d.data, &unreadable));
       }
       tensors.push_back(std::move(d));
+    }
+    uint64_t size = e->host.size();
+    if (!unreadable.empty()) SATURATE_RETURN_IF_ERROR(DropRows(unreadable, &tensors, &size));
+    for (TensorView& d : tensors) {
+      if (const ImageOnDevice* image = FindImage(d.name)) {
+        const TensorView staged = d;
+        SATURATE_RETURN_IF_ERROR(ConvertImage(*image, staged, base, &offset, &d));
+      }
     }
     SATURATE_RETURN_IF_ERROR(gpu.Record(buffer.ready, copy_stream_));
     h2d_batches_.fetch_add(1);
@@ -413,7 +426,7 @@ class DeviceLoader::Impl {
     if (!images_.empty() && trace::Enabled()) TraceDecode(/*force=*/false);
     e->batch.epoch_ = e->host.epoch();
     e->batch.index_ = e->host.index();
-    e->batch.size_ = e->host.size();
+    e->batch.size_ = size;
     e->batch.tensors_ = std::move(tensors);
     e->batch.owner_ = e->held;
     return Status::OK();
@@ -470,8 +483,11 @@ class DeviceLoader::Impl {
 
   // Decodes the JPEGs the workers left for the GPU in host image tensor `t`
   // into `dst` (its copy on the device, already enqueued on the copy
-  // stream); those nvJPEG refuses are decoded on the CPU and copied.
-  Status DecodeOnGpu(const InFlight& e, const TensorView& t, void* dst) {
+  // stream); those nvJPEG refuses are decoded on the CPU and copied. A JPEG
+  // whose header read but whose data neither decoder can read is an error
+  // naming its record, or with skip_bad its row goes to `unreadable`.
+  Status DecodeOnGpu(const InFlight& e, const TensorView& t, void* dst,
+                     std::vector<uint64_t>* unreadable) {
     std::vector<TakenImage>* taken = deferral_->Find(static_cast<const std::byte*>(t.data));
     if (taken == nullptr) return Status::OK();
     const int height = static_cast<int>(t.shape[1]);
@@ -481,6 +497,7 @@ class DeviceLoader::Impl {
     const uint64_t size = e.host.size();
     jobs_.clear();
     job_rows_.clear();
+    job_records_.clear();
     for (uint64_t slot = 0; slot < taken->size(); ++slot) {
       TakenImage& img = (*taken)[slot];
       if (!img.present) continue;
@@ -499,6 +516,7 @@ class DeviceLoader::Impl {
       job.dst = static_cast<std::byte*>(dst) + row * sample_bytes;
       jobs_.push_back(job);
       job_rows_.push_back(row);
+      job_records_.push_back(img.record);
     }
     if (jobs_.empty()) return Status::OK();
     const auto t0 = std::chrono::steady_clock::now();
@@ -506,7 +524,7 @@ class DeviceLoader::Impl {
     const uint64_t ns = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
             .count());
-    uint64_t fallbacks = 0;
+    uint64_t fallbacks = 0, skipped = 0;
     for (size_t k = 0; k < jobs_.size(); ++k) {
       if (!failed_[k]) continue;
       // nvJPEG refused it: the CPU path's decode into the pinned slot, then its copy.
@@ -514,14 +532,55 @@ class DeviceLoader::Impl {
       auto* host_slot = static_cast<uint8_t*>(t.data) + job_rows_[k] * sample_bytes;
       Status s = image::DecodeCropResize(jobs_[k].encoded, jobs_[k].crop, width, height,
                                          jobs_[k].hflip, host_slot, &cpu_scratch_);
-      if (!s.ok()) return s.WithContext("field '" + t.name + "': decode (GPU stage)");
+      if (!s.ok() && skip_bad_) {
+        unreadable->push_back(job_rows_[k]);
+        ++skipped;
+        continue;
+      }
+      if (!s.ok()) {
+        return s.WithContext("field '" + t.name + "': decode (GPU stage)")
+            .WithContext(dataset_ + ": record " + std::to_string(job_records_[k]));
+      }
       SATURATE_RETURN_IF_ERROR(
           gpu_->CopyToDevice(jobs_[k].dst, host_slot, sample_bytes, copy_stream_));
     }
     std::lock_guard<std::mutex> lock(decode_mu_);
     gpu_decoded_ += jobs_.size() - fallbacks;
-    gpu_fallbacks_ += fallbacks;
+    gpu_fallbacks_ += fallbacks - skipped;
+    gpu_skipped_ += skipped;
     gpu_decode_ns_ += ns;
+    return Status::OK();
+  }
+
+  // Removes `rows` (skip_bad's unreadable JPEGs) from every tensor of a batch
+  // on the device, as the host loader compacts the samples it skips: each
+  // later row moves up, one non-overlapping copy per row on the copy stream.
+  Status DropRows(std::vector<uint64_t> rows, std::vector<TensorView>* tensors, uint64_t* size) {
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    for (TensorView& d : *tensors) {
+      const size_t row_bytes = *size == 0 ? 0 : d.bytes() / *size;
+      const bool rows_whole =
+          d.strides.empty() || size_t(d.strides[0]) * format::DTypeSize(d.dtype) == row_bytes;
+      if (d.shape.empty() || d.shape[0] != static_cast<int64_t>(*size) || !rows_whole) {
+        return Status::Internal("field '" + d.name + "': cannot drop rows of a strided tensor");
+      }
+      auto* data = static_cast<std::byte*>(d.data);
+      uint64_t to = 0;
+      for (uint64_t from = 0, next_bad = 0; from < *size; ++from) {
+        if (next_bad < rows.size() && rows[next_bad] == from) {
+          ++next_bad;
+          continue;
+        }
+        if (to != from) {
+          SATURATE_RETURN_IF_ERROR(gpu_->CopyOnDevice(
+              data + to * row_bytes, data + from * row_bytes, row_bytes, copy_stream_));
+        }
+        ++to;
+      }
+      d.shape[0] = static_cast<int64_t>(to);
+    }
+    *size -= rows.size();
     return Status::OK();
   }
 
@@ -612,13 +671,15 @@ class DeviceLoader::Impl {
   std::shared_ptr<GpuDeferral> deferral_;
   std::unique_ptr<device::JpegDecoder> decoder_;
   std::vector<device::JpegJob> jobs_;  // consumer thread's, reused
-  std::vector<uint64_t> job_rows_;
+  std::vector<uint64_t> job_rows_, job_records_;
   std::vector<uint8_t> failed_;
   image::DecodeScratch cpu_scratch_;  // for images nvJPEG refuses
   mutable std::mutex decode_mu_;      // guards the counters and split_ below
   std::string decode_backend_;
   DecodeSplit split_;
-  uint64_t gpu_decoded_ = 0, gpu_decode_ns_ = 0, gpu_fallbacks_ = 0;
+  uint64_t gpu_decoded_ = 0, gpu_decode_ns_ = 0, gpu_fallbacks_ = 0, gpu_skipped_ = 0;
+  std::string dataset_;  // for errors naming a record
+  bool skip_bad_ = false;
   uint64_t split_samples_ = 0, split_decode_ns_ = 0, split_gpu_images_ = 0, split_gpu_ns_ = 0;
   int64_t last_trace_ns_ = 0;  // consumer thread's
   // Tells the "loader_decode" records of a process's device loaders apart.

@@ -238,6 +238,44 @@ TEST_F(NvJpegLoaderGpuTest, GpuDecodeFeedsTheConversionKernels) {
   EXPECT_LE(worst, 2 * kMaxMeanAbsDiff);  // per batch, in uint8 levels
 }
 
+// A JPEG whose header reads but whose scan is cut short reaches nvJPEG (the
+// worker reads only the header). With skip_bad it must be skipped as the CPU
+// path skips it, never delivered as whatever nvJPEG makes of it: the labels
+// of every batch match the CPU loader's.
+TEST_F(NvJpegLoaderGpuTest, AJpegNoDecoderCanReadIsSkippedWithSkipBad) {
+  saturate::testing::TempDir dir;
+  SATURATE_ASSERT_OK(saturate::testing::WriteImageDataset(dir.path(), 20, /*cut=*/5));
+  LoaderOptions options = saturate::testing::SmallImageLoaderOptions(dir.path(), 7, 32, 32);
+  options.skip_bad = true;
+  options.shuffle = false;
+  auto cpu = Loader::Open(options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  DeviceOptions d;
+  d.decode = "gpu";
+  auto loader = DeviceLoader::Open(options, d);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  uint64_t rows = 0;
+  while (true) {
+    auto want = (*cpu)->Next();
+    auto got = (*loader)->Next();
+    ASSERT_TRUE(want.ok() && got.ok()) << (got.ok() ? want.status() : got.status()).ToString();
+    ASSERT_EQ(want->has_value(), got->has_value());
+    if (!got->has_value()) break;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const TensorView* wl = (*want)->Find("label");
+    const TensorView* gl = (*got)->Find("label");
+    EXPECT_EQ(ToHost(gl->data, gl->bytes()),
+              std::string(static_cast<const char*>(wl->data), wl->bytes()));
+    rows += (*got)->size();
+  }
+  EXPECT_EQ(rows, 19u);
+  const LoaderStats stats = (*loader)->stats();
+  std::cout << "cut JPEG: " << stats.gpu_decoded << " decoded on the GPU, "
+            << stats.gpu_decode_fallbacks << " refused and decoded on the CPU, " << stats.skipped
+            << " skipped\n";
+  EXPECT_GE(stats.skipped, 1u);
+}
+
 TEST_F(NvJpegLoaderGpuTest, AutoSplitsAndKeepsTheSamples) {
   LoaderStats stats;
   CompareWithCpu("auto", &stats);

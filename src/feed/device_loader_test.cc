@@ -384,6 +384,61 @@ TEST_F(DeviceLoaderTest, GpuDecodeFollowsSkippedSamples) {
   EXPECT_GE(stats.skipped, 2u);  // the workers may have read into the next epoch too
 }
 
+// A JPEG whose header reads but whose scan is cut short goes to the GPU stage
+// (the worker reads only its header), where neither decoder can read it.
+// With skip_bad it is skipped and counted as the CPU path skips it:
+// its row leaves every tensor of the batch on the device, so images and
+// labels still match the CPU path's batches row for row.
+TEST_F(DeviceLoaderTest, GpuDecodeSkipsAJpegNoDecoderCanReadWithSkipBad) {
+  saturate::testing::TempDir dir;
+  SATURATE_ASSERT_OK(saturate::testing::WriteImageDataset(dir.path(), 14, /*cut=*/5));
+  LoaderOptions options = Options(dir.path(), ImageTransform{});
+  options.skip_bad = true;
+  options.shuffle = false;
+  const auto expected = CpuBatches(options);
+  size_t rows = 0;
+  for (const auto& batch : expected) rows += batch.empty() ? 0 : batch[0].shape[0];
+  ASSERT_EQ(rows, 13u);  // the CPU path skips record 5
+  for (const char* decode : {"gpu", "auto"}) {
+    SCOPED_TRACE(decode);
+    auto gpu = std::make_shared<FakeGpu>();
+    gpu->set_jpeg_decoder(true);
+    LoaderStats stats;
+    EXPECT_EQ(DeviceBatches(options, gpu, decode, &stats), expected);
+    if (std::string(decode) == "gpu") {
+      EXPECT_EQ(stats.gpu_decoded, 13u);
+      EXPECT_GE(stats.skipped, 1u);
+      EXPECT_EQ(stats.gpu_decode_fallbacks, 0u);  // the unreadable one is skipped, not decoded
+    }
+  }
+}
+
+// Without skip_bad the batch fails with an error that names the record.
+TEST_F(DeviceLoaderTest, GpuDecodeOfAnUnreadableJpegNamesItsRecord) {
+  saturate::testing::TempDir dir;
+  SATURATE_ASSERT_OK(saturate::testing::WriteImageDataset(dir.path(), 14, /*cut=*/5));
+  LoaderOptions options = Options(dir.path(), ImageTransform{});
+  options.shuffle = false;
+  auto gpu = std::make_shared<FakeGpu>();
+  gpu->set_jpeg_decoder(true);
+  auto consumer = gpu->CreateStream();
+  ASSERT_TRUE(consumer.ok());
+  auto loader = DeviceLoader::Open(options, kPrefetch, gpu, "gpu");
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  (*loader)->set_stream(*consumer);
+  Status error;
+  while (error.ok()) {
+    auto next = (*loader)->Next();
+    if (!next.ok()) error = next.status();
+    if (next.ok() && !next->has_value()) break;
+  }
+  EXPECT_FALSE(error.ok());
+  EXPECT_NE(error.message().find("record 5"), std::string::npos) << error.ToString();
+  EXPECT_NE(error.message().find("field 'image'"), std::string::npos) << error.ToString();
+  loader->reset();
+  gpu->DestroyStream(*consumer);
+}
+
 TEST_F(DeviceLoaderTest, GpuDecodeWithoutADecoderIsUnavailableAndAutoFallsBack) {
   const LoaderOptions options = Options(dir_, ImageTransform{});
   auto loader = DeviceLoader::Open(options, kPrefetch, std::make_shared<FakeGpu>(), "gpu");

@@ -30,6 +30,7 @@ namespace saturate::feed {
 struct DeferredImage {
   const std::byte* slot0 = nullptr;    // the field's slot 0 in the batch buffer
   uint64_t slot = 0;                   // the sample's slot as written
+  uint64_t record = 0;                 // the dataset record it came from (for errors)
   std::span<const std::byte> encoded;  // borrowed for the call: copy it
   image::CropRect crop;                // in stored pixels, inside the image
   bool hflip = false;

@@ -199,6 +199,7 @@ Status SamplePlan::WriteImage(const Output& out, std::span<const std::byte> byte
       DeferredImage d;
       d.slot0 = dst - slot * out.sample_bytes;
       d.slot = slot;
+      d.record = record_index;
       d.encoded = bytes;
       d.crop = planner.Plan(info->width, info->height, &d.hflip);
       d.image_width = info->width;

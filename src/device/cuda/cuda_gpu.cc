@@ -100,6 +100,14 @@ class CudaGpu : public Gpu {
         "cudaMemcpyAsync", index_);
   }
 
+  Status CopyOnDevice(void* dst, const void* src, size_t bytes, Stream stream) override {
+    DeviceScope scope(index_);
+    SATURATE_RETURN_IF_ERROR(scope.status());
+    return CudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                     static_cast<cudaStream_t>(stream)),
+                     "cudaMemcpyAsync (device to device)", index_);
+  }
+
   Status ConvertPixels(const PixelConvert& spec, const void* src, void* dst,
                        Stream stream) override {
     DeviceScope scope(index_);

@@ -160,6 +160,11 @@ Status FakeGpu::CopyToDevice(void* dst, const void* src, size_t bytes, Stream st
   return Status::OK();
 }
 
+Status FakeGpu::CopyOnDevice(void* dst, const void* src, size_t bytes, Stream stream) {
+  Get(stream)->Enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  return Status::OK();
+}
+
 Status FakeGpu::ConvertPixels(const PixelConvert& spec, const void* src, void* dst, Stream stream) {
   {
     std::lock_guard<std::mutex> lock(mu_);

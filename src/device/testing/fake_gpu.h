@@ -58,6 +58,7 @@ class FakeGpu : public device::Gpu {
   Result<Event> CreateEvent() override;
   void DestroyEvent(Event event) override;
   Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream stream) override;
+  Status CopyOnDevice(void* dst, const void* src, size_t bytes, Stream stream) override;
   Status ConvertPixels(const PixelConvert& spec, const void* src, void* dst,
                        Stream stream) override;
   Status Record(Event event, Stream stream) override;

@@ -1,5 +1,6 @@
 #include "feed/testing/datasets.h"
 
+#include <algorithm>
 #include <span>
 #include <vector>
 
@@ -11,7 +12,23 @@ namespace saturate::testing {
 using format::FieldKind;
 using format::FieldSpec;
 
-Status WriteImageDataset(const std::string& dir, uint64_t n) {
+namespace {
+
+// The JPEG up to 16 bytes into its entropy-coded data.
+Result<std::vector<std::byte>> CutAfterScanHeader(std::vector<std::byte> jpeg) {
+  for (size_t i = 2; i + 3 < jpeg.size(); ++i) {
+    if (jpeg[i] == std::byte{0xFF} && jpeg[i + 1] == std::byte{0xDA}) {
+      const size_t length = (size_t(jpeg[i + 2]) << 8) | size_t(jpeg[i + 3]);
+      jpeg.resize(std::min(jpeg.size(), i + 2 + length + 16));
+      return jpeg;
+    }
+  }
+  return Status::Internal("CutAfterScanHeader: no SOS marker");
+}
+
+}  // namespace
+
+Status WriteImageDataset(const std::string& dir, uint64_t n, uint64_t cut) {
   format::Schema schema{
       {FieldSpec{"image", FieldKind::kImage}, FieldSpec{"label", FieldKind::kInt64}}};
   SATURATE_ASSIGN_OR_RETURN(auto w, format::DatasetWriter::Create(dir, schema));
@@ -20,6 +37,9 @@ Status WriteImageDataset(const std::string& dir, uint64_t n) {
     std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
     for (size_t p = 0; p < rgb.size(); ++p) rgb[p] = static_cast<uint8_t>((p * (i + 3)) % 256);
     SATURATE_ASSIGN_OR_RETURN(auto jpeg, image::EncodeJpeg(rgb.data(), width, height, 85));
+    if (i == cut) {
+      SATURATE_ASSIGN_OR_RETURN(jpeg, CutAfterScanHeader(std::move(jpeg)));
+    }
     int64_t label = static_cast<int64_t>(i);
     std::vector<std::span<const std::byte>> f{jpeg, format::AsBytes(label)};
     SATURATE_RETURN_IF_ERROR(w->Append(f));

@@ -11,8 +11,9 @@
 namespace saturate::testing {
 
 // Records: "image", a small JPEG of a gradient keyed on i (sizes vary with
-// i), and "label" = i.
-Status WriteImageDataset(const std::string& dir, uint64_t n);
+// i), and "label" = i. Record `cut`, if < n, has its JPEG cut short after the
+// scan header: its header (size, components) reads, its pixels do not.
+Status WriteImageDataset(const std::string& dir, uint64_t n, uint64_t cut = UINT64_MAX);
 
 // Options for the device-stage tests over `dir`: batches of 8 on 2 threads,
 // prefetch 2, one rank, and one "image" field of height x width (uint8 HWC;
