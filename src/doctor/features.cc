@@ -879,6 +879,7 @@ void LoaderFeatures(const Run& run, const Training& t, Features* f) {
     f->loader_cpu_ns_per_sample = double(cpu) / double(samples);
     f->loader_read_ns_per_sample = double(read) / double(samples);
     f->loader_compute_ns_per_sample = double(cpu - read) / double(samples);
+    f->loader_decode_ns_per_sample = double(get("decode_ns").value_or(0)) / double(samples);
   }
   // The loader's lifetime: from its first span (else the watch's start) to
   // its last counters record.
@@ -895,6 +896,41 @@ void LoaderFeatures(const Run& run, const Training& t, Features* f) {
     f->samples_per_s = double(samples) / Seconds(elapsed_ns);
   }
   RemoteFeatures(get, elapsed_ns, f);
+}
+
+// A DeviceLoader's JPEG decode split, from its last "loader_decode" record
+// (docs/gpu.md, docs/trace.md): the mode, the GPU's share now, the images
+// each side decoded, and the rates. The rates are decode="auto"'s
+// measurements; without them, the GPU's from its images and decode time,
+// and with decode="cpu" one thread's from the loader's decode time per sample.
+void DecodeFeatures(const Run& run, Features* f) {
+  auto it = run.counters.find("loader_decode");
+  if (it == run.counters.end()) return;
+  const std::map<std::string, int64_t>& r = it->second;
+  auto get = [&](const char* key) {
+    auto v = r.find(key);
+    return v == r.end() ? int64_t{0} : v->second;
+  };
+  static const char* const kModes[] = {"cpu", "gpu", "auto"};
+  const int64_t mode = get("decode_mode");
+  if (mode < 0 || mode > 2) return;  // a mode this doctor does not know
+  f->decode_mode = kModes[mode];
+  f->decode_gpu_decoder = get("gpu_decoder") != 0;
+  f->decode_cpu_images = get("cpu_decoded");
+  f->decode_gpu_images = get("gpu_decoded");
+  f->decode_gpu_fallbacks = get("gpu_decode_fallbacks");
+  f->decode_gpu_share = double(get("gpu_permille")) / 1000;
+  if (get("cpu_per_s_per_thread") > 0) {
+    f->decode_cpu_per_s_per_thread = double(get("cpu_per_s_per_thread"));
+  } else if (f->decode_mode == "cpu" && f->loader_decode_ns_per_sample &&
+             *f->loader_decode_ns_per_sample > 0) {
+    f->decode_cpu_per_s_per_thread = kNsPerS / *f->loader_decode_ns_per_sample;
+  }
+  if (get("gpu_per_s") > 0) {
+    f->decode_gpu_per_s = double(get("gpu_per_s"));
+  } else if (f->decode_gpu_images > 0 && get("gpu_decode_ns") > 0) {
+    f->decode_gpu_per_s = double(f->decode_gpu_images) / Seconds(get("gpu_decode_ns"));
+  }
 }
 
 // Per-site totals of auto spans named `name` on the training thread, largest first.
@@ -996,6 +1032,7 @@ Features ComputeFeatures(const Run& run) {
   CheckpointFeatures(run, training, &f);
   HostFeatures(run, training, &f);
   LoaderFeatures(run, training, &f);
+  DecodeFeatures(run, &f);
   AutoFeatures(run, training, &f);
   ModelFeatures(run, &f);
   return f;
@@ -1090,6 +1127,18 @@ nlohmann::json Features::ToJson() const {
   Put(j, "loader_compute_ns_per_sample", loader_compute_ns_per_sample);
   Put(j, "loader_cpu_cores", loader_cpu_cores);
   Put(j, "samples_per_s", samples_per_s);
+  Put(j, "loader_decode_ns_per_sample", loader_decode_ns_per_sample);
+  if (!decode_mode.empty()) {
+    json decode = {{"mode", decode_mode},
+                   {"gpu_decoder", decode_gpu_decoder},
+                   {"cpu_images", decode_cpu_images},
+                   {"gpu_images", decode_gpu_images},
+                   {"gpu_fallbacks", decode_gpu_fallbacks}};
+    Put(decode, "gpu_share", decode_gpu_share);
+    Put(decode, "cpu_images_per_s_per_thread", decode_cpu_per_s_per_thread);
+    Put(decode, "gpu_images_per_s", decode_gpu_per_s);
+    j["decode"] = std::move(decode);
+  }
   Put(j, "precision_bits", precision_bits);
   json auto_json = {{"processes", auto_info.processes},
                     {"torch", auto_info.torch_version},

@@ -96,6 +96,51 @@ std::string HealthyWords(const Features& f, double min_pct) {
   return text;
 }
 
+// ---- the JPEG decode split of a GPU-fed loader (docs/gpu.md) -------------------
+
+// "auto (nvJPEG)", "auto (GPU decoder unavailable: CPU only)", "cpu".
+std::string DecodeModeWords(const Features& f) {
+  if (f.decode_mode == "cpu") return "cpu";
+  return f.decode_mode +
+         (f.decode_gpu_decoder ? " (nvJPEG)" : " (GPU decoder unavailable: CPU only)");
+}
+
+// "300 images/s per thread x 8 threads = 2400 images/s"; "" when unmeasured.
+std::string CpuDecodeRateWords(const Features& f) {
+  if (!f.decode_cpu_per_s_per_thread) return "";
+  std::string out = Format("%.0f images/s per thread", *f.decode_cpu_per_s_per_thread);
+  if (f.loader_threads && *f.loader_threads > 0) {
+    const double threads = double(*f.loader_threads);
+    out += Format(" x %.0f", threads) + (threads == 1 ? " thread" : " threads") +
+           Format(" = %.0f images/s", threads * *f.decode_cpu_per_s_per_thread);
+  }
+  return out;
+}
+
+// One line for the terminal: "JPEG decode: auto (nvJPEG); GPU 62% of each
+// batch now; CPU 300 images/s per thread x 8 threads = 2400 images/s, GPU
+// 4000 images/s; decoded 240 on the CPU, 400 on the GPU". "" without a
+// device loader's record.
+std::string DecodeWords(const Features& f) {
+  if (f.decode_mode.empty()) return "";
+  std::string out = "JPEG decode: " + DecodeModeWords(f);
+  if (f.decode_gpu_decoder && f.decode_gpu_share) {
+    out += Format("; GPU %.0f%% of each batch now", 100 * *f.decode_gpu_share);
+  }
+  std::vector<std::string> rates;
+  if (!CpuDecodeRateWords(f).empty()) rates.push_back("CPU " + CpuDecodeRateWords(f));
+  if (f.decode_gpu_per_s) rates.push_back(Format("GPU %.0f images/s", *f.decode_gpu_per_s));
+  for (size_t i = 0; i < rates.size(); ++i) out += (i == 0 ? "; " : ", ") + rates[i];
+  if (f.decode_cpu_images + f.decode_gpu_images > 0) {
+    out += Format("; decoded %.0f on the CPU", double(f.decode_cpu_images)) +
+           Format(", %.0f on the GPU", double(f.decode_gpu_images));
+    if (f.decode_gpu_fallbacks > 0) {
+      out += Format(" (%.0f refused by the GPU decoder)", double(f.decode_gpu_fallbacks));
+    }
+  }
+  return out;
+}
+
 // ---- ranks of a job ------------------------------------------------------------
 
 // "data_wait" -> "data wait".
@@ -287,6 +332,7 @@ std::string RenderSummary(const Run& run, const Analysis& analysis, bool color, 
              "\n";
     }
   }
+  if (!DecodeWords(f).empty()) out += Wrap(DecodeWords(f), 0, 2) + "\n";
   if (f.steps == 0) {
     out += "no step data: no optimizer step or saturate.step() mark was recorded\n";
   }
@@ -1005,6 +1051,22 @@ std::string MeasurementsTable(const Features& f) {
       f.loader_cpu_ns_per_sample ? std::optional<double>(*f.loader_cpu_ns_per_sample / 1e9)
                                  : std::nullopt,
       "s");
+  if (!f.decode_mode.empty()) {
+    rows.push_back({"JPEG decode (decode=)", DecodeModeWords(f)});
+    if (f.decode_gpu_decoder) {
+      add("JPEGs handed to the GPU, share of each batch now",
+          f.decode_gpu_share ? std::optional<double>(100 * *f.decode_gpu_share) : std::nullopt,
+          "%");
+    }
+    rows.push_back({"images decoded on the CPU / on the GPU",
+                    Format("%.0f", double(f.decode_cpu_images)) +
+                        Format(" / %.0f", double(f.decode_gpu_images))});
+    if (!CpuDecodeRateWords(f).empty()) rows.push_back({"CPU decode rate", CpuDecodeRateWords(f)});
+    add("GPU decode rate", f.decode_gpu_per_s, "images/s");
+    if (f.decode_gpu_fallbacks > 0) {
+      add_int("JPEGs the GPU decoder refused (decoded on the CPU)", f.decode_gpu_fallbacks);
+    }
+  }
   for (size_t i = 0; i < f.gpu_busy_pct.size(); ++i) {
     add("GPU " + std::to_string(i) + " busy, mean over training", f.gpu_busy_pct[i], "%");
   }

@@ -152,6 +152,53 @@ std::optional<double> UsedGpuBusyPct(const Features& f) {
   return n ? std::optional<double>(sum / n) : std::nullopt;
 }
 
+// ---- JPEG decode on the GPU (docs/gpu.md) --------------------------------------
+
+// A loader bound by its CPU threads that decodes JPEGs on the CPU although a
+// GPU could take part of it: a DeviceLoader with decode="cpu", one with
+// decode="auto" that found no nvJPEG, one whose "auto" already gives the GPU
+// nearly all, or a host saturate.Loader on a GPU machine whose threads spend
+// most of their time decoding. Adds the evidence to `x` and returns the
+// sentence for input_pipeline's fix ("" when none applies).
+constexpr double kDecodeShareOfLoaderCpu = 0.5;  // host loader: decode's share of its CPU
+constexpr double kAutoNearlyAllGpu = 0.9;        // auto's GPU share where "gpu" is the next step
+
+std::string GpuDecodeAdvice(const Features& f, Finding& x) {
+  if (f.decode_mode == "cpu") {
+    if (f.decode_cpu_per_s_per_thread) {
+      Add(x, "cpu_decode_images_per_s_per_thread", *f.decode_cpu_per_s_per_thread, "images/s",
+          "JPEGs one loader thread decodes per second");
+    }
+    return " The loader feeds a GPU but decodes its images on the CPU (decode=\"cpu\"): if "
+           "they are JPEGs, set decode=\"auto\" and the GPU's nvJPEG takes a share of each "
+           "batch, split by the measured rates (decode=\"gpu\": all of it).";
+  }
+  if (f.decode_mode == "auto" && !f.decode_gpu_decoder) {
+    return " decode=\"auto\" decoded on the CPU because the GPU decoder did not load: install "
+           "nvJPEG (PyPI's nvidia-nvjpeg, libnvjpeg.so.13) and put its lib/ directory on "
+           "LD_LIBRARY_PATH.";
+  }
+  if (f.decode_mode == "auto" && f.decode_gpu_share.value_or(0) >= kAutoNearlyAllGpu) {
+    Add(x, "gpu_decode_pct", 100 * *f.decode_gpu_share, "%",
+        "share of each batch's JPEGs decode=\"auto\" hands to the GPU");
+    return Fmt(
+        " decode=\"auto\" already gives the GPU %.0f%% of the JPEGs: decode=\"gpu\" "
+        "gives it all of them.",
+        100 * *f.decode_gpu_share);
+  }
+  if (f.decode_mode.empty() && f.loader_kind == "saturate" && f.gpu_count > 0 &&
+      f.loader_decode_ns_per_sample && f.loader_cpu_ns_per_sample &&
+      *f.loader_cpu_ns_per_sample > 0 &&
+      *f.loader_decode_ns_per_sample >= kDecodeShareOfLoaderCpu * *f.loader_cpu_ns_per_sample) {
+    Add(x, "loader_decode_pct", 100 * *f.loader_decode_ns_per_sample / *f.loader_cpu_ns_per_sample,
+        "%", "share of the loader's CPU time spent decoding");
+    return " Most of the loader's CPU time is decoding, with a GPU present: if the images are "
+           "JPEGs, saturate.Loader(..., device=\"cuda\", decode=\"auto\") decodes part of "
+           "each batch on the GPU with nvJPEG.";
+  }
+  return "";
+}
+
 // ---- Is training waiting for data, and why ------------------------------------
 
 struct DataWait {
@@ -617,6 +664,7 @@ std::optional<Finding> InputPipelineRule(const Features& f, const AnalysisOption
   if (f.gpu_count > 0 && f.loader_pin_memory == false) {
     fix += " Set pin_memory=True so batches are copied to the GPU from pinned memory.";
   }
+  fix += GpuDecodeAdvice(f, x);
   x.fix = fix;
   return x;
 }
