@@ -56,8 +56,10 @@ std::string JobProgressPrometheus(const Labels& host_labels, int64_t steps, bool
 
 // saturate_loader_* and saturate_remote_*: each rank's traced saturate
 // loaders, from the latest "loader" / "loader_remote" counters records of its
-// spans files (rank -> key -> value, summed over its loaders; docs/watch.md),
-// labelled as the host series plus "rank". A key a rank lacks is left out.
+// spans files, and the JPEG decode split of those that feed a GPU from their
+// "loader_decode" records (rank -> key -> value, summed over its loaders;
+// docs/watch.md, docs/gpu.md), labelled as the host series plus "rank" (and
+// "where" / "mode" for the split). A key a rank lacks is left out.
 std::string LoaderPrometheus(const Labels& host_labels,
                              const std::map<int, std::map<std::string, int64_t>>& by_rank);
 
