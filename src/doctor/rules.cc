@@ -391,6 +391,8 @@ std::optional<ThreadPlan> PlanLoaderThreads(const Features& f, double loader_ns_
   return p;
 }
 
+// A fix that raises the threads: inline loading moved into worker processes
+// costs kWorkerCpuFactor more CPU per sample than the run measured.
 std::optional<ThreadPlan> PlanLoaderThreads(const Features& f) {
   if (!f.loader_cpu_ns_per_sample) return std::nullopt;
   return PlanLoaderThreads(
@@ -424,6 +426,7 @@ struct ComposedStep {
   double loading_s = 0;      // batch / feed
   double cpu_s = 0;          // the step's CPU over the free cores
   double pass_starts_s = 0;  // per step
+  double start_cpu_s = 0;    // the workers' starts' CPU per step (in cpu_s)
 };
 
 ComposedStep ComposeStep(const Features& f, const ThreadPlan& plan, PassStarts starts) {
@@ -454,11 +457,10 @@ std::string ComposedWords(const ThreadPlan& plan, const ComposedStep& c) {
         : c.serial_s >= c.loading_s
             ? ", and the training thread's compute and saves take " + Secs(c.serial_s)
             : "";
-// A fix that raises the threads: inline loading moved into worker processes
-// costs kWorkerCpuFactor more CPU per sample than the run measured.
   }
   if (c.pass_starts_s > 0) {
     words += "; workers started at each pass add " + Secs(c.pass_starts_s) + " per step";
+    if (c.start_cpu_s > 0) words += " (and " + Secs(c.start_cpu_s) + " of CPU)";
   }
   return words;
 }
@@ -474,7 +476,6 @@ struct Knobs {
 
 Knobs KnobsOf(const Features& f) {
   if (f.loader_kind != "torch") return {};
-  double start_cpu_s = 0;    // the workers' starts' CPU per step (in cpu_s)
   return {"DataLoader num_workers", "num_workers", "DataLoader prefetch_factor", "prefetch_factor"};
 }
 
@@ -507,7 +508,6 @@ std::optional<Finding> WorkerRestarts(const Features& f, Finding x) {
   x.fix =
       Fmt("Set DataLoader(persistent_workers=True)%s: %.0f%% of the wait (%.2f s) is for the "
           "first batch of each of %lld passes, while %lld worker process%s start again; "
-    if (c.start_cpu_s > 0) words += " (and " + Secs(c.start_cpu_s) + " of CPU)";
           "the other batches wait %.0f ms each on average.",
           f.loader_site.empty() ? "" : (" at " + f.loader_site).c_str(),
           100 * first_s / *f.data_wait_s, first_s, (long long)f.loader_passes,
