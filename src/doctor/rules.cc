@@ -399,17 +399,26 @@ std::optional<ThreadPlan> PlanLoaderThreads(const Features& f) {
       f, *f.loader_cpu_ns_per_sample * (InlineLoading(f) ? kWorkerCpuFactor : 1.0));
 }
 
-// What workers started where the run loaded inline add per pass over the
-// DataLoader, when they are not persistent (they start again at every pass).
+// What DataLoader workers that are not persistent cost per pass over the
+// data after a fix to their number: they start again at every pass, and the
+// pass's first batch waits for one fresh worker to start and load it alone,
+// however many there are.
 struct PassStarts {
-  double wait_s = 0;  // the first batch, loaded by one fresh worker alone
-  double cpu_s = 0;   // the workers' starts and stops, on the free cores
+  double wait_s = 0;        // on top of the step: the first batch (workers where there were none)
+  double first_wait_s = 0;  // the measured wait for a pass's first batch, the usual wait included
+  double cpu_s = 0;         // the starts and stops the fix adds, on the free cores
 };
 
-PassStarts NewWorkerPassStarts(const Features& f, const ThreadPlan& plan) {
-  if (!InlineLoading(f) || f.loader_persistent_workers == true) return {};
-  return {double(*f.loader_batch_size) * plan.loader_ns_per_sample / 1e9,
-          plan.threads * kWorkerStartCpuS};
+PassStarts PassStartCosts(const Features& f, const ThreadPlan& plan) {
+  if (f.loader_kind != "torch" || f.loader_persistent_workers == true) return {};
+  if (InlineLoading(f)) {  // nothing measured: one worker's batch, and the calibrated starts
+    return {double(*f.loader_batch_size) * plan.loader_ns_per_sample / 1e9, 0,
+            plan.threads * kWorkerStartCpuS};
+  }
+  const double threads = double(f.loader_threads.value_or(0));
+  if (f.loader_persistent_workers != false || f.loader_passes <= 0 || threads <= 0) return {};
+  return {0, f.loader_first_batch_wait_s.value_or(0) / double(f.loader_passes),
+          std::max(0.0, plan.threads - threads) * kWorkerStartCpuS};
 }
 
 // A step once the loader feeds `plan.feed_per_s`, with the costs the fix
@@ -417,9 +426,10 @@ PassStarts NewWorkerPassStarts(const Features& f, const ThreadPlan& plan) {
 // (its compute and the blocking saves, which stay); the loading (batch / feed);
 // and all the CPU a step needs (loader and training per sample, and the
 // writer's while it saves, and the workers' starts) spread over the free
-// cores. The first batch of each pass (`starts.wait_s`) is a wait on top:
-// while a fresh worker loads it the training thread idles, and the forks are
-// serial, so the cores are not full (the suite's restarting runs: 6% idle).
+// cores. With workers that are not persistent, the first batch of each pass
+// is a wait on top: while a fresh worker starts and loads it the training
+// thread idles, and the forks are serial, so the cores are not full (the
+// suite's restarting runs: 6% idle). More workers do not shorten it.
 struct ComposedStep {
   double step_s = 0;
   double serial_s = 0;       // compute + saves on the training thread
@@ -439,8 +449,11 @@ ComposedStep ComposeStep(const Features& f, const ThreadPlan& plan, PassStarts s
   c.cpu_s = (batch * (plan.loader_ns_per_sample + plan.train_ns_per_sample) / 1e9 +
              plan.save_cpu_s + c.start_cpu_s) /
             plan.free_cores;
-  c.pass_starts_s = starts.wait_s * passes_per_step;
-  c.step_s = std::max({c.serial_s, c.loading_s, c.cpu_s}) + c.pass_starts_s;
+  // A measured first-batch wait stays, less the wait every batch has anyway.
+  const double base_s = std::max({c.serial_s, c.loading_s, c.cpu_s});
+  const double first_extra_s = std::max(0.0, starts.first_wait_s - (base_s - c.serial_s));
+  c.pass_starts_s = (starts.wait_s + first_extra_s) * passes_per_step;
+  c.step_s = base_s + c.pass_starts_s;
   return c;
 }
 
@@ -458,7 +471,7 @@ std::string ComposedWords(const ThreadPlan& plan, const ComposedStep& c) {
             ? ", and the training thread's compute and saves take " + Secs(c.serial_s)
             : "";
   }
-  if (c.pass_starts_s > 0) {
+  if (c.pass_starts_s > 0 || c.start_cpu_s > 0) {
     words += "; workers started at each pass add " + Secs(c.pass_starts_s) + " per step";
     if (c.start_cpu_s > 0) words += " (and " + Secs(c.start_cpu_s) + " of CPU)";
   }
@@ -565,7 +578,7 @@ void PredictThreads(const Features& f, Finding& x, const ThreadPlan& plan,
   std::optional<StepSplit> s = SplitStep(f);
   if (!s || plan.feed_per_s <= 0) return;
   const double batch = double(*f.loader_batch_size);
-  const ComposedStep c = ComposeStep(f, plan, NewWorkerPassStarts(f, plan));
+  const ComposedStep c = ComposeStep(f, plan, PassStartCosts(f, plan));
   const std::string in_workers =
       InlineLoading(f) ? Fmt(" (in workers %.2fx the inline CPU per sample)", kWorkerCpuFactor)
                        : std::string();
