@@ -4,11 +4,13 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -229,6 +231,7 @@ class DeviceLoader::Impl {
 
   ~Impl() {
     DropInFlight();
+    StopIssueThread();
     // The last totals, as the host loader writes its last "loader" record.
     if (host_ != nullptr && !images_.empty() && trace::Enabled()) TraceDecode(/*force=*/true);
     host_.reset();  // the workers stop before the deferral and decoder go
@@ -276,6 +279,7 @@ class DeviceLoader::Impl {
     pool_ = std::make_shared<DevicePool>(gpu_, bytes,
                                          static_cast<size_t>(prefetch_ + options.max_held_batches));
     SATURATE_ASSIGN_OR_RETURN(copy_stream_, gpu_->CreateStream());
+    if (deferral_ != nullptr) issue_thread_ = std::thread([this] { IssueLoop(); });
     return Status::OK();
   }
 
@@ -286,6 +290,7 @@ class DeviceLoader::Impl {
     Retire(/*keep=*/1);
     TopUp();
     if (in_flight_.empty()) return std::optional<Batch>();  // the epoch's end
+    WaitIssued(in_flight_.front(), std::chrono::nanoseconds::max());
     InFlight entry = std::move(in_flight_.front());
     in_flight_.pop_front();
     if (!entry.error.ok()) {
@@ -303,7 +308,8 @@ class DeviceLoader::Impl {
   }
 
   bool WaitForNext(std::chrono::nanoseconds timeout) {
-    return !in_flight_.empty() || host_->WaitForNext(timeout);
+    if (!in_flight_.empty()) return WaitIssued(in_flight_.front(), timeout);
+    return host_->WaitForNext(timeout);
   }
 
   Status SetEpoch(uint64_t epoch) {
@@ -356,7 +362,8 @@ class DeviceLoader::Impl {
     Status error;
     Batch host;  // keeps the pinned buffer until the copy has run
     std::shared_ptr<HeldBuffer> held;
-    Batch batch;  // the device batch handed to the consumer
+    Batch batch;          // the device batch handed to the consumer
+    bool issued = false;  // under issue_mu_: Issue() is done with it
   };
   struct Retiring {
     Batch host;
@@ -376,14 +383,73 @@ class DeviceLoader::Impl {
         return;  // the epoch's end: deliver what is in flight, then nullopt
       } else {
         entry.host = std::move(**next);
-        entry.error = Issue(&entry);
-        if (!entry.error.ok() && entry.held != nullptr) {
-          // Copies already queued still read the pinned buffer: let them finish first.
-          (void)gpu_->Record(entry.held->buffer().ready, copy_stream_);
-          (void)gpu_->Synchronize(entry.held->buffer().ready);
-        }
+        in_flight_.push_back(std::move(entry));
+        SubmitIssue(&in_flight_.back());
+        continue;
       }
+      entry.issued = true;
       in_flight_.push_back(std::move(entry));
+    }
+  }
+
+  // Issues `e` on the issue thread where there is one (GPU decode), else here.
+  void SubmitIssue(InFlight* e) {
+    if (!issue_thread_.joinable()) {
+      IssueOrSettle(e);
+      std::lock_guard<std::mutex> lock(issue_mu_);
+      e->issued = true;
+      return;
+    }
+    std::lock_guard<std::mutex> lock(issue_mu_);
+    to_issue_.push_back(e);
+    issue_cv_.notify_all();
+  }
+
+  // With GPU decode, Issue() waits for nvJPEG; on this thread it overlaps
+  // the consumer's work on the batches before. Entries are issued in order;
+  // in_flight_'s elements stay put while queued here (a deque's push_back
+  // keeps references, and the consumer pops an entry only once issued).
+  void IssueLoop() {
+    std::unique_lock<std::mutex> lock(issue_mu_);
+    while (true) {
+      issue_cv_.wait(lock, [&] { return stop_issuing_ || !to_issue_.empty(); });
+      if (to_issue_.empty()) return;  // stopping, and nothing is left
+      InFlight* e = to_issue_.front();
+      to_issue_.pop_front();
+      lock.unlock();
+      IssueOrSettle(e);
+      lock.lock();
+      e->issued = true;
+      issued_cv_.notify_all();
+    }
+  }
+
+  // Whether `e` was issued within `timeout`.
+  bool WaitIssued(const InFlight& e, std::chrono::nanoseconds timeout) {
+    std::unique_lock<std::mutex> lock(issue_mu_);
+    if (timeout == std::chrono::nanoseconds::max()) {
+      issued_cv_.wait(lock, [&] { return e.issued; });
+      return true;
+    }
+    return issued_cv_.wait_for(lock, timeout, [&] { return e.issued; });
+  }
+
+  void StopIssueThread() {
+    if (!issue_thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(issue_mu_);
+      stop_issuing_ = true;
+      issue_cv_.notify_all();
+    }
+    issue_thread_.join();
+  }
+
+  void IssueOrSettle(InFlight* e) {
+    e->error = Issue(e);
+    if (!e->error.ok() && e->held != nullptr) {
+      // Copies already queued still read the pinned buffer: let them finish first.
+      (void)gpu_->Record(e->held->buffer().ready, copy_stream_);
+      (void)gpu_->Synchronize(e->held->buffer().ready);
     }
   }
 
@@ -657,6 +723,7 @@ class DeviceLoader::Impl {
   // Discards batches copied ahead (SetEpoch, Restore, destruction).
   void DropInFlight() {
     for (InFlight& e : in_flight_) {
+      WaitIssued(e, std::chrono::nanoseconds::max());
       if (e.held != nullptr) (void)gpu_->Synchronize(e.held->buffer().ready);
     }
     in_flight_.clear();
@@ -670,7 +737,7 @@ class DeviceLoader::Impl {
   // GPU decode (null with decode="cpu" or where nvJPEG is unavailable).
   std::shared_ptr<GpuDeferral> deferral_;
   std::unique_ptr<device::JpegDecoder> decoder_;
-  std::vector<device::JpegJob> jobs_;  // consumer thread's, reused
+  std::vector<device::JpegJob> jobs_;  // the issuing thread's, reused
   std::vector<uint64_t> job_rows_, job_records_;
   std::vector<uint8_t> failed_;
   image::DecodeScratch cpu_scratch_;  // for images nvJPEG refuses
@@ -681,7 +748,7 @@ class DeviceLoader::Impl {
   std::string dataset_;  // for errors naming a record
   bool skip_bad_ = false;
   uint64_t split_samples_ = 0, split_decode_ns_ = 0, split_gpu_images_ = 0, split_gpu_ns_ = 0;
-  int64_t last_trace_ns_ = 0;  // consumer thread's
+  int64_t last_trace_ns_ = 0;  // the issuing thread's
   // Tells the "loader_decode" records of a process's device loaders apart.
   const int64_t trace_id_ = next_decode_trace_id.fetch_add(1);
   std::unique_ptr<Loader> host_;
@@ -689,6 +756,13 @@ class DeviceLoader::Impl {
   device::Stream copy_stream_ = nullptr;
   device::Stream stream_ = nullptr;  // the consumer's
   std::deque<InFlight> in_flight_;
+  // GPU decode: Issue() on issue_thread_ (see IssueLoop).
+  std::thread issue_thread_;
+  std::mutex issue_mu_;
+  std::condition_variable issue_cv_;   // to_issue_ has work, or stop
+  std::condition_variable issued_cv_;  // an entry was issued
+  std::deque<InFlight*> to_issue_;
+  bool stop_issuing_ = false;
   std::deque<Retiring> retiring_;
   std::atomic<uint64_t> epoch_{0};
   std::atomic<uint64_t> delivered_{0};

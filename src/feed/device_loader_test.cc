@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "base/testing.h"
@@ -437,6 +439,60 @@ TEST_F(DeviceLoaderTest, GpuDecodeOfAnUnreadableJpegNamesItsRecord) {
   EXPECT_NE(error.message().find("field 'image'"), std::string::npos) << error.ToString();
   loader->reset();
   gpu->DestroyStream(*consumer);
+}
+
+// A GPU decode waits for the GPU, so the stage issues it off the consumer's
+// thread: every decode runs elsewhere, and the consumer gets batch 0 while
+// batch 1's decode may be held. (Issued inline, Next() would either wait on
+// the held decode until the hook gave up, or decode on the consumer's thread.)
+TEST_F(DeviceLoaderTest, GpuDecodeOverlapsTheConsumer) {
+  saturate::testing::TempDir photos;
+  SATURATE_ASSERT_OK(saturate::testing::WritePhotoDataset(photos.path(), 24));
+  const LoaderOptions options = Options(photos.path(), ImageTransform{});
+  const auto expected = CpuBatches(options);
+  auto gpu = std::make_shared<FakeGpu>();
+  gpu->set_jpeg_decoder(true);
+  std::mutex mu;
+  std::condition_variable cv;
+  int decodes = 0;
+  bool released = false, gave_up = false;
+  std::vector<std::thread::id> decode_threads;
+  gpu->set_jpeg_decode_hook([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    decode_threads.push_back(std::this_thread::get_id());
+    if (++decodes == 2) {  // batch 1: held until the consumer has batch 0
+      gave_up = !cv.wait_for(lock, 10s, [&] { return released; });
+    }
+  });
+  auto consumer = gpu->CreateStream();
+  ASSERT_TRUE(consumer.ok());
+  auto loader = DeviceLoader::Open(options, kPrefetch, gpu, "gpu");
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  (*loader)->set_stream(*consumer);
+  std::vector<std::vector<Copied>> got;
+  {  // batch 0, released before the consumer stream goes
+    auto first = (*loader)->Next();
+    ASSERT_TRUE(first.ok() && first->has_value());
+    got.push_back(ReadOnStream(gpu.get(), *consumer, **first));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_FALSE(gave_up) << "batch 0 waited for batch 1's decode";
+    released = true;
+    cv.notify_all();
+  }
+  while (true) {
+    auto next = (*loader)->Next();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (!next->has_value()) break;
+    got.push_back(ReadOnStream(gpu.get(), *consumer, **next));
+  }
+  EXPECT_EQ(got, expected);
+  loader->reset();
+  gpu->DestroyStream(*consumer);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_FALSE(gave_up);
+  for (std::thread::id id : decode_threads) EXPECT_NE(id, std::this_thread::get_id());
 }
 
 TEST_F(DeviceLoaderTest, GpuDecodeWithoutADecoderIsUnavailableAndAutoFallsBack) {

@@ -17,6 +17,9 @@
 // "gpu" sends every JPEG there; "auto" a fraction chosen from the measured
 // CPU and GPU decode rates (DecodeSplit), shown in stats(). An image nvJPEG
 // refuses is decoded on the CPU instead; PNGs and CMYK JPEGs always are.
+// The stage's work for a batch (copy, decode, kernels) is then issued on a
+// thread of its own, since a decode waits for the GPU: it overlaps the
+// consumer's work on the batches before it.
 // Copies of `prefetch` batches are issued ahead of the consumer, so they
 // overlap its compute; the consumer's CPU thread never waits for a copy
 // unless the pipeline is empty.

@@ -236,6 +236,7 @@ class FakeJpegDecoder : public device::JpegDecoder {
   std::string backend() const override { return "fake (CPU decode on the stream)"; }
   Status Decode(std::span<const device::JpegJob> jobs, int out_width, int out_height, Stream stream,
                 std::vector<uint8_t>* failed) override {
+    if (gpu_->jpeg_decode_hook()) gpu_->jpeg_decode_hook()();
     failed->assign(jobs.size(), 0);
     std::vector<device::JpegJob> copy(jobs.begin(), jobs.end());
     std::vector<uint8_t>* out = failed;

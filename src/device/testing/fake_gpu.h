@@ -69,6 +69,10 @@ class FakeGpu : public device::Gpu {
 
   // Whether OpenJpegDecoder() gives a decoder (else Unavailable, as without nvJPEG).
   void set_jpeg_decoder(bool enabled) { jpeg_decoder_ = enabled; }
+  // Called on the caller's thread at the start of each decoder Decode() (set
+  // before the decoder opens): lets a test hold a decode, or see its thread.
+  void set_jpeg_decode_hook(std::function<void()> hook) { jpeg_decode_hook_ = std::move(hook); }
+  const std::function<void()>& jpeg_decode_hook() const { return jpeg_decode_hook_; }
 
   // Enqueues `fn` on `stream`, as a kernel of the consumer's would be.
   void Enqueue(Stream stream, std::function<void()> fn);
@@ -85,6 +89,7 @@ class FakeGpu : public device::Gpu {
 
   const std::chrono::microseconds copy_delay_;
   bool jpeg_decoder_ = false;
+  std::function<void()> jpeg_decode_hook_;
   std::unique_ptr<FakeStream> default_stream_;
   mutable std::mutex mu_;
   Counters counters_;
