@@ -891,6 +891,86 @@ TEST(RulesTest, WaitsAtEachPassStartAskForPersistentWorkers) {
   EXPECT_EQ(a.findings.front().fix.find("persistent_workers"), std::string::npos);
 }
 
+// One DataLoader worker that is not persistent, CPU-bound (2.5 ms a sample),
+// on 2 cores: 8 passes of 6 steps, each pass's first batch waiting 150 ms
+// for the fresh worker to start and load it, the others 60 ms. A second
+// worker halves the usual wait, not the first batch's: it stays (less the
+// wait every batch has after the fix), and the added worker's starts cost
+// CPU. With persistent workers neither applies.
+doctor::Run OneRestartingWorker(bool persistent) {
+  RunBuilder b;
+  b.Cpus(2);
+  for (int pass = 0; pass < 8; ++pass) {
+    for (int i = 1; i <= 6; ++i) {
+      b.Steps(1, {{"data_wait", i == 1 ? 0.15 : 0.06, SpanKind::kLoader}, {"forward", 0.02}});
+    }
+  }
+  b.Samples([](double, SamplePoint& s) {
+    s.cpu_busy_pct = 60;
+    s.tree_cpu_pct = 110;
+  });
+  doctor::Run run = b.Build();
+  int batch = 0;
+  std::vector<Span> loads;
+  for (Span& s : run.spans) {
+    s.auto_source = true;
+    if (s.name != "data_wait") continue;
+    s.args = {{"loader_id", 0}, {"batch", batch++ % 6 + 1}};
+    Span load = s;
+    load.name = "load_batch";
+    load.pid = 201;
+    load.tid = 1;
+    load.args = {{"samples", 32}, {"cpu_ns", 32 * 2'500'000}};
+    loads.push_back(load);
+  }
+  run.spans.insert(run.spans.end(), loads.begin(), loads.end());
+  run.dataloaders.push_back({RunBuilder::kPid,
+                             0,
+                             {{"loader_id", 0},
+                              {"num_workers", 1},
+                              {"batch_size", 32},
+                              {"persistent_workers", persistent ? 1 : 0},
+                              {"prefetch_factor", 2}},
+                             "main.py:84",
+                             "ImageFolder"});
+  return run;
+}
+
+TEST(RulesTest, AddedWorkersLeaveTheWaitForEachPassesFirstBatch) {
+  Analysis restarting = Analyze(OneRestartingWorker(false));
+  Analysis kept = Analyze(OneRestartingWorker(true));
+  for (const Analysis* a : {&restarting, &kept}) {
+    ASSERT_FALSE(a->findings.empty());
+    ASSERT_EQ(a->findings.front().cause, "input_pipeline") << Describe(a->findings);
+    ASSERT_EQ(FixValue(a->findings.front(), "num_workers"), 2) << a->findings.front().fix;
+    ASSERT_TRUE(a->findings.front().prediction.has_value());
+  }
+  const Features& f = restarting.features;
+  EXPECT_EQ(f.loader_passes, 7);  // the first pass's first batch opens the window
+  const Prediction& p = *restarting.findings.front().prediction;
+  const Prediction& q = *kept.findings.front().prediction;
+  // The same plan without the pass starts: its step, and the wait in it.
+  const double plain_step_s = *f.step_time_mean_s / q.speedup;
+  const double usual_wait_s = plain_step_s - *f.compute_per_step_s;
+  const double first_wait_s = *f.loader_first_batch_wait_s / 7;
+  EXPECT_NEAR(first_wait_s, 0.15, 0.01);
+  const double passes_per_step = 7.0 / double(f.steps);
+  // The plan is CPU-bound (the free cores feed less than the step could
+  // take), so the added worker's start, 58 ms of CPU a pass, lengthens the
+  // step by its share of the free cores; then the first batch's wait beyond
+  // the usual one comes on top.
+  const double free_cores = 2 - *f.other_cpu_cores;
+  const double base_s = plain_step_s + 0.058 * passes_per_step / free_cores;
+  const double step_s =
+      base_s + (first_wait_s - (base_s - *f.compute_per_step_s)) * passes_per_step;
+  EXPECT_GT(first_wait_s, usual_wait_s);
+  EXPECT_NEAR(p.speedup, *f.step_time_mean_s / step_s, 0.01) << p.model;
+  EXPECT_LT(p.speedup, q.speedup);
+  EXPECT_NE(p.model.find("workers started at each pass add"), std::string::npos) << p.model;
+  EXPECT_NE(p.model.find(" of CPU)"), std::string::npos) << p.model;
+  EXPECT_EQ(q.model.find("workers started at each pass"), std::string::npos) << q.model;
+}
+
 // DataLoader workers blocked in slow reads (a throttled or network mount,
 // no iowait): their batches take wall time, but the job's measured CPU is
 // under a core, so the workers were not computing. Storage, not the loader.
