@@ -164,6 +164,10 @@ struct Loading {
   std::map<int, LoaderCounters> loaders;
   std::map<int, std::vector<int64_t>> auto_marks;  // per pid, from the auto-instrumentation
   std::map<std::tuple<int, std::string, std::string, std::string>, SyncSite> syncs;
+  // The time of the record run->counters holds, per name: a process's threads
+  // buffer their records apart, so a file's records are not in time order (a
+  // DeviceLoader writes loader_decode from its stage and when it closes).
+  std::map<std::string, int64_t> counter_ns;
 };
 
 std::string Label(const trace::SpanFileEvent& e, const char* key) {
@@ -249,7 +253,11 @@ void AddSpanEvent(const trace::SpanFileEvent& e, bool auto_source, int64_t start
       } else if (e.name == "loader_remote") {  // written right after its "loader" record
         for (auto& [key, value] : IntArgs(e.args)) l->loaders[pid].values[key] = value;
       } else if (!e.name.empty()) {
-        run->counters[e.name] = IntArgs(e.args);
+        auto [latest, first] = l->counter_ns.try_emplace(e.name, t_ns);
+        if (first || t_ns >= latest->second) {
+          latest->second = t_ns;
+          run->counters[e.name] = IntArgs(e.args);
+        }
       }
       break;
   }

@@ -49,6 +49,8 @@ constexpr char kSpans[] =
 {"ph":"C","name":"loader","ts_ns":1600000000,"pid":7,"tid":9,"args":{"batch_size":32,"samples":96}}
 {"ph":"C","name":"loader_remote","ts_ns":1600000000,"pid":7,"tid":9,"args":{"remote_requests":5}}
 {"ph":"C","name":"model","ts_ns":1600000000,"pid":7,"tid":8,"args":{"precision_bits":16}}
+{"ph":"C","name":"loader_decode","ts_ns":1650000000,"pid":7,"tid":8,"args":{"gpu_decoded":40}}
+{"ph":"C","name":"loader_decode","ts_ns":1550000000,"pid":7,"tid":10,"args":{"gpu_decoded":8}}
 {"ph":"X","name":"save","cat":"checkpoint","ts_ns":1700000000,"dur_ns":10,"pid":7,"tid":8}
 {"ph":"future","ts_ns":1}
 )";
@@ -101,6 +103,8 @@ TEST(LoadRunTest, ReadsMetaSamplesAndSpans) {
   EXPECT_EQ(run.loaders[0].values.at("samples"), 96);         // the last record
   EXPECT_EQ(run.loaders[0].values.at("remote_requests"), 5);  // merged into it
   EXPECT_EQ(run.counters.at("model").at("precision_bits"), 16);
+  // Threads buffer their records apart: the latest record, not the file's last.
+  EXPECT_EQ(run.counters.at("loader_decode").at("gpu_decoded"), 40);
   EXPECT_TRUE(run.warnings.empty());
 }
 

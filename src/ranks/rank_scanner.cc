@@ -194,7 +194,12 @@ void RankScanner::LoaderCounters(std::string_view line, File* f) {
   const nlohmann::json& args = j["args"];
   const char* id_key = decode ? "decoder_id" : "loader_id";
   File::Loader& loader = (decode ? f->decoders : f->loaders)[JsonValueOr(args, id_key, int64_t{0})];
-  loader.ts_ns = std::max(loader.ts_ns, JsonValueOr(j, "ts_ns", int64_t{0}));
+  // Threads buffer their records apart, so a file's records are not in time
+  // order (a loader's last record, written as it closes, may come before one
+  // its stage wrote earlier): an older record changes nothing.
+  const int64_t ts_ns = JsonValueOr(j, "ts_ns", int64_t{0});
+  if (ts_ns < loader.ts_ns) return;
+  loader.ts_ns = ts_ns;
   for (const auto& [key, value] : args.items()) {
     if (key != id_key && value.is_number_integer()) loader.values[key] = value.get<int64_t>();
   }

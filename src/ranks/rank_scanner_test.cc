@@ -195,6 +195,25 @@ TEST(RankScannerTest, AddsTheDeviceLoadersDecodeSplit) {
   EXPECT_EQ(c.count("decoder_id"), 0u);
 }
 
+// Threads buffer their records apart: a record written later in the file
+// may be older than one before it, and then changes nothing.
+TEST(RankScannerTest, AnOlderRecordLaterInTheFileChangesNothing) {
+  testing::TempDir dir;
+  const std::string r0 = dir.Join("rank-0/spans-100.jsonl");
+  Append(r0, Meta(100, 0, "a", false) +
+                 DecodeRecord(100, 900 * kS, 0, "\"gpu_decoded\":40,\"gpu_permille\":620") +
+                 DecodeRecord(100, 800 * kS, 0, "\"gpu_decoded\":8,\"gpu_permille\":500"));
+  RankScanner scanner(dir.path());
+  std::vector<RankProgress> ranks = scanner.Scan();
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0].loader_counters.at("gpu_decoded"), 40);
+  EXPECT_EQ(ranks[0].loader_counters.at("gpu_permille"), 620);
+  Append(r0, DecodeRecord(100, 1000 * kS, 0, "\"gpu_decoded\":64,\"gpu_permille\":700"));
+  ranks = scanner.Scan();
+  EXPECT_EQ(ranks[0].loader_counters.at("gpu_decoded"), 64);
+  EXPECT_EQ(ranks[0].loader_counters.at("gpu_permille"), 700);
+}
+
 TEST(RankScannerTest, FollowsAOneProcessRunAsRankZeroOnlyWhenAsked) {
   testing::TempDir dir;
   Append(dir.Join("spans-1.jsonl"), Meta(1, 0, "a", false) + Step(1, 1, 1000 * kS) +
