@@ -1210,6 +1210,7 @@ TEST(RulesTest, WorkersFlagFindsTheArgumentThatSetTheValue) {
 TEST(RulesTest, HostSyncsNameTheirCallSites) {
   RunBuilder b;
   b.Gpus(1).Steps(100, {{"forward", 0.05}, {"backward", 0.05}});
+  b.Samples([](double, SamplePoint& s) { s.gpus[0].util_pct = 50; });  // idle half the time
   doctor::Run gpu = b.Build();
   gpu.host_syncs = {{RunBuilder::kPid, "train.py:42", ".item()", "cuda", 100, 3'000'000'000, 0},
                     {RunBuilder::kPid, "train.py:60", ".cpu()", "cuda", 10, 100'000'000, 0}};
@@ -1238,6 +1239,26 @@ TEST(RulesTest, HostSyncsNameTheirCallSites) {
   cpu.host_syncs.resize(1);
   cpu.host_syncs[0].count = 5;  // every 20 steps: fine
   EXPECT_EQ(Find(Analyze(cpu).findings, "host_sync"), nullptr);
+}
+
+// A GPU-bound loop waits long in its syncs (the queue they drain is work) but
+// the GPU hardly idles: what the syncs cost is at most the GPU's idle time.
+TEST(RulesTest, HostSyncsOnABusyGpuLoseAtMostItsIdleTime) {
+  RunBuilder b;
+  b.Gpus(1).Steps(100, {{"forward", 0.05}, {"backward", 0.05}});
+  b.Samples([](double, SamplePoint& s) { s.gpus[0].util_pct = 98; });
+  doctor::Run run = b.Build();
+  run.host_syncs = {{RunBuilder::kPid, "train.py:42", ".item()", "cuda", 100, 3'000'000'000, 0}};
+  Analysis a = Analyze(run);
+  ASSERT_TRUE(a.features.device_busy_pct.has_value());
+  const double idle_s = a.features.duration_s * (1 - *a.features.device_busy_pct / 100);
+  EXPECT_LT(idle_s, 0.5);
+  // 3 s blocked; at most the idle time lost (below the reporting threshold: no finding).
+  const Finding* x = Find(a.findings, "host_sync");
+  if (x != nullptr) {
+    EXPECT_NEAR(x->time_lost_s, idle_s, 1e-9);
+    EXPECT_LT(x->time_lost_pct, 5.0);
+  }
 }
 
 // Host-to-device copies from pageable memory, without non_blocking, 20% of
