@@ -110,10 +110,12 @@ def smoke(scenarios):
 
 
 def flag(args, name, default=None):
+    """The value after `name` in argv list `args` (run.py uses these too)."""
     return args[args.index(name) + 1] if name in args else default
 
 
 def set_flag(args, name, value):
+    """A copy of `args` with `name` set to `value` (replaced, or appended)."""
     args = list(args)
     if name in args:
         args[args.index(name) + 1] = str(value)

@@ -41,6 +41,7 @@ TRAIN = os.path.join(HERE, "train.py")
 MAKE_PHOTOS = os.path.join(REPO, "scripts", "make-photo-dataset")
 sys.path.insert(0, HERE)
 import gpu_scenarios  # noqa: E402  (the GPU scenarios: run.py --gpu)
+from gpu_scenarios import flag, set_flag  # noqa: E402  (a train.py flag's value in argv)
 
 TOLERANCE = 0.30
 HEALTHY_MAX_PCT = 5.0
@@ -113,19 +114,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def flag(args, name, default=None):
-    return args[args.index(name) + 1] if name in args else default
-
-
-def set_flag(args, name, value):
-    args = list(args)
-    if name in args:
-        args[args.index(name) + 1] = str(value)
-    else:
-        args += [name, str(value)]
-    return args
 
 
 def drop_flag(args, name, has_value=True):

@@ -15,6 +15,7 @@
 #include "doctor/analysis.h"
 #include "doctor/report.h"
 #include "doctor/run.h"
+#include "feed/testing/datasets.h"
 #include "feed/testing/photo_dataset.h"
 #include "ranks/rank_scanner.h"
 #include "saturate/feed/device_loader.h"
@@ -28,20 +29,11 @@ using saturate::testing::FakeGpu;
 
 constexpr uint64_t kPhotos = 19;
 
+// Batches of 4 in file order, 24x32 crops (feed/testing/datasets.h's setup).
 feed::LoaderOptions Options(const std::string& dataset) {
-  feed::LoaderOptions o;
-  o.dataset = dataset;
+  feed::LoaderOptions o = testing::SmallImageLoaderOptions(dataset, /*seed=*/11, 24, 32);
   o.batch_size = 4;
-  o.seed = 11;
-  o.threads = 2;
-  o.prefetch = 2;
-  o.rank = 0;
-  o.world_size = 1;
   o.shuffle = false;
-  feed::FieldOptions f{.field = "image"};
-  f.image.height = 24;
-  f.image.width = 32;
-  o.fields = {f};
   return o;
 }
 
