@@ -152,6 +152,15 @@ std::optional<double> UsedGpuBusyPct(const Features& f) {
   return n ? std::optional<double>(sum / n) : std::nullopt;
 }
 
+// The GPUs' idle time in the training window: the most that host-side waits
+// on a GPU (syncs, blocking copies) can cost, since the queue such a wait
+// drains is work the GPU does meanwhile.
+std::optional<double> GpuIdleS(const Features& f) {
+  const std::optional<double> busy = UsedGpuBusyPct(f);
+  if (!busy) return std::nullopt;
+  return f.active_s * std::max(0.0, 1 - *busy / 100);
+}
+
 // ---- JPEG decode on the GPU (docs/gpu.md) --------------------------------------
 
 // A loader bound by its CPU threads that decodes JPEGs on the CPU although a
@@ -1058,10 +1067,16 @@ std::optional<Finding> ParallelismRule(const Features& f, const AnalysisOptions&
 
 std::optional<Finding> CopyRule(const Features& f, const AnalysisOptions&) {
   if (!f.copy_pct || *f.copy_pct < kPhasePct) return std::nullopt;
+  // A blocking copy's phase includes the wait for the work queued before it.
+  const std::optional<double> idle_s = GpuIdleS(f);
+  const double copy_s = f.copy_s.value_or(0);
   Finding x = Make(f, "host_to_device_copy",
                    Fmt("Host-to-device copies take %.0f%% of each step", *f.copy_pct),
-                   f.copy_s.value_or(0), 0.8);
+                   idle_s ? std::min(copy_s, *idle_s) : copy_s, 0.8);
   Add(x, "copy_pct", *f.copy_pct, "%", "share of step time in copy/h2d phases");
+  if (idle_s && *idle_s < copy_s) {
+    Add(x, "gpu_idle_s", *idle_s, "s", "the GPU's idle time: the most the copies can cost");
+  }
   std::string fix;
   if (f.copy_pageable_pct) {
     Add(x, "copy_pageable_pct", *f.copy_pageable_pct, "%",
@@ -1085,9 +1100,10 @@ std::optional<Finding> CopyRule(const Features& f, const AnalysisOptions&) {
           "Copy from pinned memory with non_blocking=True on a side stream, so the next batch "
           "moves while this step computes; saturate.Loader(device=\"cuda\") does both.";
   x.fix_value = {{"pin_memory", 1}};
-  PredictSaving(f, x, f.copy_s.value_or(0),
-                Fmt("copies take %.3g s; overlapped with compute they cost the step nothing",
-                    f.copy_s.value_or(0)),
+  PredictSaving(f, x, x.time_lost_s,
+                Fmt("copies take %.3g s (the GPU idles %.3g s of it at most); overlapped with "
+                    "compute they cost the step nothing",
+                    copy_s, x.time_lost_s),
                 true);
   return x;
 }
@@ -1428,10 +1444,8 @@ std::optional<Finding> HostSyncRule(const Features& f, const AnalysisOptions&) {
   const SiteStat& top = sites.front();
   double per_step = 0;
   for (const SiteStat& s : sites) per_step += s.per_step;
-  double lost_s = gpu_s;
-  if (!gpu.empty() && f.device_busy_pct) {
-    lost_s = std::min(lost_s, f.duration_s * std::max(0.0, 1 - *f.device_busy_pct / 100));
-  }
+  const std::optional<double> idle_s = GpuIdleS(f);
+  const double lost_s = !gpu.empty() && idle_s ? std::min(gpu_s, *idle_s) : gpu_s;
   Finding x = Make(f, "host_sync",
                    gpu.empty() ? Fmt("%.1f host syncs per step would each stall a GPU: %s %s",
                                      per_step, top.op.c_str(), top.site.c_str())
@@ -1442,9 +1456,7 @@ std::optional<Finding> HostSyncRule(const Features& f, const AnalysisOptions&) {
   x.info = gpu.empty();
   Add(x, "syncs_per_step", per_step, "", "host syncs per training step");
   if (!gpu.empty()) Add(x, "sync_wait_s", gpu_s, "s", "time blocked in them");
-  if (!gpu.empty() && f.device_busy_pct) {
-    Add(x, "device_busy_pct", *f.device_busy_pct, "%", "mean GPU busy: lost at most the idle rest");
-  }
+  if (!gpu.empty() && idle_s) Add(x, "gpu_idle_s", *idle_s, "s", "the most the syncs can cost");
   x.sites = sites;
   x.fix =
       Fmt("Keep values on the device and sync less often: accumulate the loss with "
@@ -1458,8 +1470,10 @@ std::optional<Finding> HostSyncRule(const Features& f, const AnalysisOptions&) {
   }
   x.fix_value = {{"syncs_per_step", std::max(0.0, per_step - top.per_step)}};
   if (!x.info) {
-    PredictSaving(f, x, gpu_s,
-                  Fmt("%.3g s blocked in host syncs; without them the GPU queue stays full", gpu_s),
+    PredictSaving(f, x, lost_s,
+                  Fmt("%.3g s blocked in host syncs, %.3g s of it with the GPU idle at most; "
+                      "without them the GPU queue stays full",
+                      gpu_s, lost_s),
                   true);
   }
   return x;

@@ -468,11 +468,23 @@ TEST(RulesTest, UnattributedLoopTimeIsNotAFixedCost) {
 TEST(RulesTest, HostToDeviceCopy) {
   RunBuilder b;
   b.Gpus(1).Steps(40, {{"h2d", 0.1}, {"forward", 0.2}, {"backward", 0.2}});
+  b.Samples([](double, SamplePoint& s) { s.gpus[0].util_pct = 75; });  // idle 25% of the run
   Analysis a = Analyze(b.Build());
   ASSERT_FALSE(a.findings.empty());
   EXPECT_EQ(a.findings[0].cause, "host_to_device_copy") << Describe(a.findings);
   EXPECT_NEAR(a.findings[0].time_lost_s, 39 * 0.1, 1e-6);
   EXPECT_NE(a.findings[0].fix.find("pinned"), std::string::npos);
+
+  // The same copy phases with the GPU busy throughout (waits for queued work,
+  // not idle): the copies cost at most the GPU's idle time.
+  RunBuilder busy;
+  busy.Gpus(1).Steps(40, {{"h2d", 0.1}, {"forward", 0.2}, {"backward", 0.2}});
+  busy.Samples([](double, SamplePoint& s) { s.gpus[0].util_pct = 98; });
+  a = Analyze(busy.Build());
+  const Finding* x = Find(a.findings, "host_to_device_copy");
+  if (x != nullptr) {
+    EXPECT_NEAR(x->time_lost_s, a.features.active_s * 0.02, 1e-6);
+  }
 }
 
 TEST(RulesTest, CheckpointStallUsesYoungsInterval) {
@@ -1250,8 +1262,7 @@ TEST(RulesTest, HostSyncsOnABusyGpuLoseAtMostItsIdleTime) {
   doctor::Run run = b.Build();
   run.host_syncs = {{RunBuilder::kPid, "train.py:42", ".item()", "cuda", 100, 3'000'000'000, 0}};
   Analysis a = Analyze(run);
-  ASSERT_TRUE(a.features.device_busy_pct.has_value());
-  const double idle_s = a.features.duration_s * (1 - *a.features.device_busy_pct / 100);
+  const double idle_s = a.features.active_s * (1 - 0.98);
   EXPECT_LT(idle_s, 0.5);
   // 3 s blocked; at most the idle time lost (below the reporting threshold: no finding).
   const Finding* x = Find(a.findings, "host_sync");
