@@ -149,11 +149,11 @@ void DecodeSplitPrometheus(const std::map<int, std::map<std::string, int64_t>>& 
   // one has.
   auto family = [&](const char* name, const char* type, const char* help, auto sample) {
     bool started = false;
-    for (const auto& [rank, values] : by_rank) {
-      sample(values, [&](const Labels& extra, double v) {
+    for (const auto& entry : by_rank) {  // not a structured binding: lambdas capture it
+      sample(entry.second, [&](const Labels& extra, double v) {
         if (!started) page.Family(name, type, help);
         started = true;
-        page.Sample(MergeLabels(labels(rank), extra), v);
+        page.Sample(MergeLabels(labels(entry.first), extra), v);
       });
     }
   };
