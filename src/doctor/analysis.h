@@ -257,12 +257,12 @@ struct Features {
   // The split between the loader's CPU threads and nvJPEG (docs/gpu.md), from
   // the last record of the run. decode_mode is empty without one: a host
   // loader, or a run recorded before the record existed.
-  std::string decode_mode;          // decode=: "cpu", "gpu" or "auto"
-  bool decode_gpu_decoder = false;  // nvJPEG opened (auto without it decodes on the CPU)
-  int64_t decode_cpu_images = 0;    // decoded by the loader's threads (nvJPEG's refusals too)
-  int64_t decode_gpu_images = 0;    // decoded by nvJPEG
-  int64_t decode_gpu_fallbacks = 0;                   // JPEGs nvJPEG refused
-  std::optional<double> decode_gpu_share;             // of each batch's JPEGs, handed to the GPU now
+  std::string decode_mode;           // decode=: "cpu", "gpu" or "auto"
+  bool decode_gpu_decoder = false;   // nvJPEG opened (auto without it decodes on the CPU)
+  int64_t decode_cpu_images = 0;     // decoded by the loader's threads (nvJPEG's refusals too)
+  int64_t decode_gpu_images = 0;     // decoded by nvJPEG
+  int64_t decode_gpu_fallbacks = 0;  // JPEGs nvJPEG refused
+  std::optional<double> decode_gpu_share;  // of each batch's JPEGs, handed to the GPU now
   std::optional<double> decode_cpu_per_s_per_thread;  // images/s of one loader thread
   std::optional<double> decode_gpu_per_s;             // images/s of the GPU decoder
   // Any saturate loader: its threads' decode CPU time per sample.
