@@ -181,8 +181,9 @@ def torchrun_env(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SATURATE_", "SLURM_", "TORCHELASTIC_"))
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    # PYTHONFAULTHANDLER: a rank that dies of a signal prints every thread's Python stack.
     env.update(PYTHONPATH=saturate_path(tmp_path / "pythonpath"), GLOO_SOCKET_IFNAME="lo",
-               OMP_NUM_THREADS="1")
+               OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")
     return env
 
 
