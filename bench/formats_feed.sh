@@ -5,7 +5,8 @@
 #   - TFRecord files of tf.Example read directly by saturate;
 #   - with TF_PYTHON, the same TFRecord files through tf.data (bench/tfdata_feed.py:
 #     TFRecordDataset, parse_single_example, decode_and_crop_jpeg, resize, AUTOTUNE), with
-#     TensorFlow's default resize and with antialias=True (the resize saturate does);
+#     TensorFlow's default resize and with antialias=True (the resize saturate does), and
+#     with decode_jpeg of the whole image and tf.slice of the crop (the slim/Inception way);
 #   - the shards packed into saturate's format (`saturate pack`), fed by saturate;
 #   - the same, packed with --keep-jpeg-bytes: the JPEGs as the shards hold them (no restart
 #     markers), so its ratio to direct reading is the cost of reading alone.
@@ -69,10 +70,11 @@ PY
 "$SAT" pack "$work/wds-{0..3}.tar" "$work/packed-kept.sat" -q --keep-jpeg-bytes >/dev/null
 
 feed() {  # MODE DATASET
+  # To a file first: a Python reading a pipe would start up beside the timed run, on its cores.
   "$SAT" bench feed "$2" --json --threads "$THREADS" --warmup 2 -b 64 --epochs 2 \
-    -t image:crop=random,size=224 2>/dev/null |
-    "$PY" -c "import json,sys; j=json.load(sys.stdin); print(json.dumps({'mode': '$1', 'images_per_s': j['images_per_s'], 'cpu_ms_per_image': 1e3 * j['cpu_cores_used'] * j['elapsed_s'] / j['samples']}))" \
-    >>"$work/results.jsonl"
+    -t image:crop=random,size=224 2>/dev/null >"$work/feed.json"
+  "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); print(json.dumps({'mode': '$1', 'images_per_s': j['images_per_s'], 'cpu_ms_per_image': 1e3 * j['cpu_cores_used'] * j['elapsed_s'] / j['samples']}))" \
+    "$work/feed.json" >>"$work/results.jsonl"
 }
 torch_feed() {  # WORKERS
   "$PY" - "$work" "$1" "$BATCHES" <<'PY' >>"$work/results.jsonl"
@@ -109,6 +111,9 @@ for _ in $(seq "$REPEATS"); do
     # The same pipeline resizing as saturate does (antialiased): equal work per image.
     "$TF_PY" bench/tfdata_feed.py "$work/tf-*.tfrecord" "$THREADS" "$TF_BATCHES" 5 --antialias \
       2>/dev/null >>"$work/results.jsonl"
+    # decode_jpeg of the whole image, then the crop (the slim/Inception preprocessing).
+    "$TF_PY" bench/tfdata_feed.py "$work/tf-*.tfrecord" "$THREADS" "$TF_BATCHES" 5 --decode-full \
+      2>/dev/null >>"$work/results.jsonl"
   fi
   feed "saturate packed" "$work/packed.sat"
   feed "saturate packed, JPEG bytes kept" "$work/packed-kept.sat"
@@ -136,7 +141,9 @@ print(f"the same JPEG bytes (packed --keep-jpeg-bytes): direct WebDataset {direc
       f"direct TFRecord {rate['saturate direct TFRecord'] / kept:.0%}")
 d = "saturate direct TFRecord"
 for t, what in (("tf.data (AUTOTUNE)", "its default resize (bilinear, not antialiased)"),
-                ("tf.data (AUTOTUNE), antialias", "resizing as saturate does (antialiased)")):
+                ("tf.data (AUTOTUNE), antialias", "resizing as saturate does (antialiased)"),
+                ("tf.data (AUTOTUNE), decode_jpeg + slice",
+                 "decode_jpeg of the whole image, then the crop (default resize)")):
     if t in rate:
         print(f"direct TFRecord / tf.data with {what}: {rate[d] / rate[t]:.2f}x images/s, "
               f"{cpu[t] / cpu[d]:.2f}x less CPU per image")
