@@ -295,18 +295,18 @@ nb::dict RunPack(Fn&& fn) {
   return SummaryDict(ValueOrThrow(WithoutGil(fn)));
 }
 
-pack::PackOptions MakePackOptions(uint64_t shard_bytes, int threads, bool force, bool skip_bad,
-                                  int reencode_max_side, int reencode_quality,
-                                  bool keep_jpeg_bytes) {
-  pack::PackOptions o;
-  o.shard_bytes = shard_bytes;
-  o.threads = threads;
-  o.force = force;
-  o.skip_bad = skip_bad;
-  o.reencode_max_side = reencode_max_side;
-  o.reencode_quality = reencode_quality;
-  o.keep_jpeg_bytes = keep_jpeg_bytes;
-  return o;
+// The options every pack_* function takes besides its source, as Python sets them.
+void InitPackOptions(pack::PackOptions* o, uint64_t shard_bytes, int threads, bool force,
+                     bool skip_bad, int reencode_max_side, int reencode_quality,
+                     bool keep_jpeg_bytes) {
+  new (o) pack::PackOptions();
+  o->shard_bytes = shard_bytes;
+  o->threads = threads;
+  o->force = force;
+  o->skip_bad = skip_bad;
+  o->reencode_max_side = reencode_max_side;
+  o->reencode_quality = reencode_quality;
+  o->keep_jpeg_bytes = keep_jpeg_bytes;
 }
 
 // saturate._parquet's records for pack::PackStream: each item of `batches` is
@@ -697,44 +697,36 @@ NB_MODULE(_core, m) {
       .def_prop_ro("world_size", [](const PyLoader& l) { return l.loader().world_size(); })
       .def_prop_ro("class_names", [](const PyLoader& l) { return l.loader().class_names(); });
 
+  const pack::PackOptions defaults;
+  nb::class_<pack::PackOptions>(m, "PackOptions")
+      .def("__init__", &InitPackOptions, "shard_bytes"_a, "threads"_a, "force"_a,
+           "skip_bad"_a = defaults.skip_bad, "reencode_max_side"_a = defaults.reencode_max_side,
+           "reencode_quality"_a = defaults.reencode_quality,
+           "keep_jpeg_bytes"_a = defaults.keep_jpeg_bytes);
   m.def(
       "pack_folder",
-      [](const std::string& root, const std::string& out, uint64_t shard_bytes, int threads,
-         bool force, bool skip_bad, int reencode_max_side, int reencode_quality,
-         bool keep_jpeg_bytes) {
-        pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, skip_bad,
-                                              reencode_max_side, reencode_quality, keep_jpeg_bytes);
+      [](const std::string& root, const std::string& out, const pack::PackOptions& o) {
         return RunPack([&] { return pack::PackImageFolder(root, out, o); });
       },
-      "root"_a, "out"_a, "shard_bytes"_a, "threads"_a, "force"_a, "skip_bad"_a,
-      "reencode_max_side"_a, "reencode_quality"_a, "keep_jpeg_bytes"_a);
+      "root"_a, "out"_a, "options"_a);
   m.def(
       "pack_table",
       [](const std::string& table, const std::string& path_column, const std::string& label_column,
-         const std::string& out, uint64_t shard_bytes, int threads, bool force, bool skip_bad,
-         int reencode_max_side, int reencode_quality, bool keep_jpeg_bytes) {
-        pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, skip_bad,
-                                              reencode_max_side, reencode_quality, keep_jpeg_bytes);
+         const std::string& out, const pack::PackOptions& o) {
         pack::TableSpec spec{path_column, label_column};
         return RunPack([&] { return pack::PackTable(table, spec, out, o); });
       },
-      "table"_a, "path_column"_a, "label_column"_a, "out"_a, "shard_bytes"_a, "threads"_a,
-      "force"_a, "skip_bad"_a, "reencode_max_side"_a, "reencode_quality"_a, "keep_jpeg_bytes"_a);
+      "table"_a, "path_column"_a, "label_column"_a, "out"_a, "options"_a);
   m.def(
       "pack_source",
       [](const std::vector<std::string>& sources, const std::string& image_key,
-         const std::string& label_key, const std::string& out, uint64_t shard_bytes, int threads,
-         bool force, bool skip_bad, int reencode_max_side, int reencode_quality,
-         bool keep_jpeg_bytes) {
-        pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, skip_bad,
-                                              reencode_max_side, reencode_quality, keep_jpeg_bytes);
+         const std::string& label_key, const std::string& out, const pack::PackOptions& o) {
         formats::SourceOptions so;
         so.image_key = image_key;
         so.label_key = label_key;
         return RunPack([&] { return pack::PackSource(sources, so, out, o); });
       },
-      "sources"_a, "image_key"_a, "label_key"_a, "out"_a, "shard_bytes"_a, "threads"_a, "force"_a,
-      "skip_bad"_a, "reencode_max_side"_a, "reencode_quality"_a, "keep_jpeg_bytes"_a);
+      "sources"_a, "image_key"_a, "label_key"_a, "out"_a, "options"_a);
   m.def("is_source_pattern", &formats::IsSourcePattern, "path"_a);
   m.def(
       "upload_dataset",
@@ -750,39 +742,29 @@ NB_MODULE(_core, m) {
       "pack_stream",
       [](const std::vector<std::pair<std::string, std::string>>& fields,
          const std::vector<std::string>& class_names, const std::string& source,
-         uint64_t records_total, nb::handle batches, const std::string& out, uint64_t shard_bytes,
-         int threads, bool force, bool skip_bad, int reencode_max_side, int reencode_quality,
-         bool keep_jpeg_bytes, nb::object progress) {
-        pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, skip_bad,
-                                              reencode_max_side, reencode_quality, keep_jpeg_bytes);
+         uint64_t records_total, nb::handle batches, const std::string& out,
+         const pack::PackOptions& o, nb::object progress) {
         return PackStream(fields, class_names, source, records_total, batches, out, o, progress);
       },
-      "fields"_a, "class_names"_a, "source"_a, "records_total"_a, "batches"_a, "out"_a,
-      "shard_bytes"_a, "threads"_a, "force"_a, "skip_bad"_a, "reencode_max_side"_a,
-      "reencode_quality"_a, "keep_jpeg_bytes"_a, "progress"_a.none() = nb::none());
+      "fields"_a, "class_names"_a, "source"_a, "records_total"_a, "batches"_a, "out"_a, "options"_a,
+      "progress"_a.none() = nb::none());
   m.def(
       "pack_hdf5",
       [](const std::vector<std::string>& files, const std::string& image_key,
-         const std::string& label_key, const std::string& out, uint64_t shard_bytes, int threads,
-         bool force, bool skip_bad, int reencode_max_side, int reencode_quality,
-         bool keep_jpeg_bytes) {
-        pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, skip_bad,
-                                              reencode_max_side, reencode_quality, keep_jpeg_bytes);
+         const std::string& label_key, const std::string& out, const pack::PackOptions& o) {
         pack::Hdf5Spec spec{files, image_key, label_key};
         return RunPack([&] { return pack::PackHdf5(spec, out, o); });
       },
-      "files"_a, "image_key"_a, "label_key"_a, "out"_a, "shard_bytes"_a, "threads"_a, "force"_a,
-      "skip_bad"_a, "reencode_max_side"_a, "reencode_quality"_a, "keep_jpeg_bytes"_a);
+      "files"_a, "image_key"_a, "label_key"_a, "out"_a, "options"_a);
   m.def(
       "pack_idx",
       [](const std::string& images, const std::string& labels,
-         const std::vector<std::string>& class_names, const std::string& out, uint64_t shard_bytes,
-         int threads, bool force) {
-        pack::PackOptions o = MakePackOptions(shard_bytes, threads, force, false, 0, 90, false);
+         const std::vector<std::string>& class_names, const std::string& out,
+         const pack::PackOptions& o) {
         pack::IdxSpec spec{images, labels, class_names};
         return RunPack([&] { return pack::PackIdx(spec, out, o); });
       },
-      "images"_a, "labels"_a, "class_names"_a, "out"_a, "shard_bytes"_a, "threads"_a, "force"_a);
+      "images"_a, "labels"_a, "class_names"_a, "out"_a, "options"_a);
   m.def("verify", &Verify, "dataset"_a, "max_problems"_a, "use_mmap"_a);
 
   nb::class_<PyWatcher>(m, "Watcher")

@@ -106,43 +106,34 @@ def pack(
                            force=force, endpoint=endpoint, multipart_size=multipart_size)
     many = source if isinstance(source, (list, tuple)) else [source]
     sources = [os.fspath(s) for s in many]
-    reencode = dict(
-        skip_bad=skip_bad,
-        reencode_max_side=reencode_max_side,
-        reencode_quality=reencode_quality,
-        keep_jpeg_bytes=keep_jpeg_bytes,
-    )
+    out = os.fspath(out)
+    written = dict(shard_bytes=_size_bytes(shard_size), threads=threads, force=force)
+    images = dict(skip_bad=skip_bad, reencode_max_side=reencode_max_side,
+                  reencode_quality=reencode_quality, keep_jpeg_bytes=keep_jpeg_bytes)
+    options = _core.PackOptions(**written, **images)
     if sources and all(_parquet.is_parquet(s) for s in sources):
-        return _parquet.pack_parquet(
-            sources, os.fspath(out), image_column=image_column, label_column=label_column,
-            shard_bytes=_size_bytes(shard_size), threads=threads, force=force, **reencode)
+        return _parquet.pack_parquet(sources, out, image_column=image_column,
+                                     label_column=label_column, **written, **images)
     if sources and all(s.lower().endswith(_HDF5_SUFFIXES) for s in sources):
         return _core.pack_hdf5(
             files=_parquet.expand(sources), image_key="images" if image_key is None else image_key,
-            label_key="labels" if label_key is None else label_key, out=os.fspath(out),
-            shard_bytes=_size_bytes(shard_size), threads=threads, force=force, **reencode)
+            label_key="labels" if label_key is None else label_key, out=out, options=options)
     if image_key is None:
         image_key = "image/encoded"
     if label_key is None:
         label_key = "image/class/label"
     if isinstance(source, (list, tuple)) or _core.is_source_pattern(os.fspath(source)):
-        return _core.pack_source(
-            sources=sources, image_key=image_key, label_key=label_key, out=os.fspath(out),
-            shard_bytes=_size_bytes(shard_size), threads=threads, force=force, skip_bad=skip_bad,
-            reencode_max_side=reencode_max_side, reencode_quality=reencode_quality,
-            keep_jpeg_bytes=keep_jpeg_bytes,
-        )
-    source, out = os.fspath(source), os.fspath(out)
-    common = dict(out=out, shard_bytes=_size_bytes(shard_size), threads=threads, force=force)
-    if labels is not None:
-        return _core.pack_idx(
-            images=source, labels=os.fspath(labels), class_names=list(class_names), **common
-        )
+        return _core.pack_source(sources=sources, image_key=image_key, label_key=label_key,
+                                 out=out, options=options)
+    source = os.fspath(source)
+    if labels is not None:  # IDX arrays: no images to check or re-encode
+        return _core.pack_idx(images=source, labels=os.fspath(labels),
+                              class_names=list(class_names), out=out,
+                              options=_core.PackOptions(**written))
     if source.lower().endswith(_TABLE_SUFFIXES):
-        return _core.pack_table(
-            table=source, path_column=path_column, label_column=label_column, **common, **reencode
-        )
-    return _core.pack_folder(root=source, **common, **reencode)
+        return _core.pack_table(table=source, path_column=path_column, label_column=label_column,
+                                out=out, options=options)
+    return _core.pack_folder(root=source, out=out, options=options)
 
 
 def verify(dataset: PathLike, *, max_problems: int = 20, use_mmap: bool = True) -> Dict[str, Any]:

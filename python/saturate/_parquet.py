@@ -332,9 +332,11 @@ def pack_parquet(
         fields=fields, class_names=class_names,
         source="parquet:" + files[0] + (" ..." if len(files) > 1 else ""),
         records_total=total, batches=_batches(pa, files, plan, class_ids), out=out,
-        shard_bytes=shard_bytes, threads=threads, force=force, skip_bad=skip_bad,
-        reencode_max_side=reencode_max_side, reencode_quality=reencode_quality,
-        keep_jpeg_bytes=keep_jpeg_bytes, progress=progress)
+        options=_core.PackOptions(shard_bytes=shard_bytes, threads=threads, force=force,
+                                  skip_bad=skip_bad, reencode_max_side=reencode_max_side,
+                                  reencode_quality=reencode_quality,
+                                  keep_jpeg_bytes=keep_jpeg_bytes),
+        progress=progress)
     summary["ignored_columns"] = plan.ignored
     return summary
 
