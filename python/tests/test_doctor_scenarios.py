@@ -39,6 +39,16 @@ def top(findings):
     return findings["findings"][0]
 
 
+def check_fix_trials(check):
+    """--check-fix's verdict and what each of its trials measured, for a failure message."""
+    with open(os.path.join(check["tune_dir"], "tune.json")) as f:
+        tune = json.load(f)
+    keys = ("config", "stage", "status", "throughput", "unit", "steps", "noise_pct", "wall_s",
+            "cpu_cores", "ended_by", "exit_code")
+    trials = [{k: t.get(k) for k in keys} for t in tune.get("trials", [])]
+    return json.dumps({"check": check, "verify": tune.get("verify"), "trials": trials}, indent=1)
+
+
 def lost_pct(findings, cause):
     return sum(f["time_lost_pct"] for f in findings["findings"] if f["cause"] == cause)
 
@@ -134,8 +144,9 @@ def test_check_fix_applies_the_batch_fix_and_measures_it(tmp_path):
     assert prediction["speedup"] > 1.2 and prediction["model"], prediction
     assert check["knob"] == "batch_size" and check["flag"] == "--batch-size", check
     assert check["from"] == "1" and int(check["to"]) == finding["fix_value"]["batch_size_factor"]
-    # A batch of 1 -> 4..8 on this MLP gains well beyond the noise.
-    assert check["measured_speedup"] > 1.2 and check["reliable_gain"], check
+    # A batch of 1 -> 4..8 on this MLP gains well beyond the noise. (It measured 1.02x once in
+    # ~40 runs; the trials' own numbers say why, should it again.)
+    assert check["measured_speedup"] > 1.2 and check["reliable_gain"], check_fix_trials(check)
     assert not finding["demoted"]
     assert "check: batch_size 1 -> " in stdout
     with open(os.path.join(check["tune_dir"], "tune.json")) as f:
