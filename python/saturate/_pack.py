@@ -110,10 +110,10 @@ def pack(
     written = dict(shard_bytes=_size_bytes(shard_size), threads=threads, force=force)
     images = dict(skip_bad=skip_bad, reencode_max_side=reencode_max_side,
                   reencode_quality=reencode_quality, keep_jpeg_bytes=keep_jpeg_bytes)
-    options = _core.PackOptions(**written, **images)
     if sources and all(_parquet.is_parquet(s) for s in sources):
         return _parquet.pack_parquet(sources, out, image_column=image_column,
                                      label_column=label_column, **written, **images)
+    options = _core.PackOptions(**written, **images)
     if sources and all(s.lower().endswith(_HDF5_SUFFIXES) for s in sources):
         return _core.pack_hdf5(
             files=_parquet.expand(sources), image_key="images" if image_key is None else image_key,
