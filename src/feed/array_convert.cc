@@ -21,8 +21,19 @@ void ScaleLoop(const std::byte* src, uint64_t begin, uint64_t n, float mul, floa
 }
 
 #if defined(__SSE2__)
+// Stores 4 floats; kStream bypasses the caches (dst 16-byte aligned).
+template <bool kStream>
+void Store4(float* dst, __m128 v) {
+  if constexpr (kStream) {
+    _mm_stream_ps(dst, v);
+  } else {
+    _mm_storeu_ps(dst, v);
+  }
+}
+
 // uint8 -> float32, 16 elements per step: bytes widened to 16 and then 32
 // bits by interleaving with zero.
+template <bool kStream>
 uint64_t ScaleU8Sse2(const std::byte* src, uint64_t n, float mul, float add, float* dst) {
   const __m128 m = _mm_set1_ps(mul), a = _mm_set1_ps(add);
   const __m128i zero = _mm_setzero_si128();
@@ -34,7 +45,7 @@ uint64_t ScaleU8Sse2(const std::byte* src, uint64_t n, float mul, float add, flo
                           _mm_unpacklo_epi16(hi, zero), _mm_unpackhi_epi16(hi, zero)};
     for (int k = 0; k < 4; ++k) {
       const __m128 f = _mm_add_ps(_mm_mul_ps(_mm_cvtepi32_ps(w[k]), m), a);
-      _mm_storeu_ps(dst + i + 4 * k, f);
+      Store4<kStream>(dst + i + 4 * k, f);
     }
   }
   return i;
@@ -42,7 +53,18 @@ uint64_t ScaleU8Sse2(const std::byte* src, uint64_t n, float mul, float add, flo
 #endif
 
 #ifdef SATURATE_RESIZE_AVX2
+// Stores 8 floats; kStream bypasses the caches (dst 32-byte aligned).
+template <bool kStream>
+SATURATE_TARGET_AVX2 void Store8(float* dst, __m256 v) {
+  if constexpr (kStream) {
+    _mm256_stream_ps(dst, v);
+  } else {
+    _mm256_storeu_ps(dst, v);
+  }
+}
+
 // uint8 -> float32, 32 elements per step.
+template <bool kStream>
 SATURATE_TARGET_AVX2 uint64_t ScaleU8Avx2(const std::byte* src, uint64_t n, float mul, float add,
                                           float* dst) {
   const __m256 m = _mm256_set1_ps(mul), a = _mm256_set1_ps(add);
@@ -51,32 +73,34 @@ SATURATE_TARGET_AVX2 uint64_t ScaleU8Avx2(const std::byte* src, uint64_t n, floa
     for (int k = 0; k < 4; ++k) {
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i + 8 * k));
       const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
-      _mm256_storeu_ps(dst + i + 8 * k, _mm256_add_ps(_mm256_mul_ps(f, m), a));
+      Store8<kStream>(dst + i + 8 * k, _mm256_add_ps(_mm256_mul_ps(f, m), a));
     }
   }
   return i;
 }
 
 // int32 -> float32, 8 elements per step.
+template <bool kStream>
 SATURATE_TARGET_AVX2 uint64_t ScaleI32Avx2(const std::byte* src, uint64_t n, float mul, float add,
                                            float* dst) {
   const __m256 m = _mm256_set1_ps(mul), a = _mm256_set1_ps(add);
   uint64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 4 * i));
-    _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), m), a));
+    Store8<kStream>(dst + i, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), m), a));
   }
   return i;
 }
 
 // float32 -> float32, 8 elements per step.
+template <bool kStream>
 SATURATE_TARGET_AVX2 uint64_t ScaleF32Avx2(const std::byte* src, uint64_t n, float mul, float add,
                                            float* dst) {
   const __m256 m = _mm256_set1_ps(mul), a = _mm256_set1_ps(add);
   uint64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(reinterpret_cast<const float*>(src + 4 * i));
-    _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_mul_ps(v, m), a));
+    Store8<kStream>(dst + i, _mm256_add_ps(_mm256_mul_ps(v, m), a));
   }
   return i;
 }
@@ -84,26 +108,38 @@ SATURATE_TARGET_AVX2 uint64_t ScaleF32Avx2(const std::byte* src, uint64_t n, flo
 
 // The elements the vector loops converted (a prefix); the caller finishes
 // the rest with ScaleLoop.
+template <bool kStream>
 uint64_t ScaleVector(DType src_dtype, const std::byte* src, uint64_t n, float mul, float add,
                      float* dst) {
 #ifdef SATURATE_RESIZE_AVX2
   if (image::HasAvx2()) {
     switch (src_dtype) {
       case DType::kUInt8:
-        return ScaleU8Avx2(src, n, mul, add, dst);
+        return ScaleU8Avx2<kStream>(src, n, mul, add, dst);
       case DType::kInt32:
-        return ScaleI32Avx2(src, n, mul, add, dst);
+        return ScaleI32Avx2<kStream>(src, n, mul, add, dst);
       case DType::kFloat32:
-        return ScaleF32Avx2(src, n, mul, add, dst);
+        return ScaleF32Avx2<kStream>(src, n, mul, add, dst);
       default:
         return 0;
     }
   }
 #endif
 #if defined(__SSE2__)
-  if (src_dtype == DType::kUInt8) return ScaleU8Sse2(src, n, mul, add, dst);
+  if (src_dtype == DType::kUInt8) return ScaleU8Sse2<kStream>(src, n, mul, add, dst);
 #endif
   return 0;
+}
+
+// Whether the vector loops may stream to dst: their stores are then
+// aligned, 32 bytes apart from an aligned start.
+bool CanStream(const float* dst) {
+#if defined(__SSE2__)
+  return reinterpret_cast<uintptr_t>(dst) % 32 == 0;
+#else
+  (void)dst;
+  return false;
+#endif
 }
 
 void ScaleTail(DType src_dtype, const std::byte* src, uint64_t begin, uint64_t n, float mul,
@@ -131,8 +167,18 @@ bool CanScaleToFloat(DType src) {
 }
 
 void ScaleToFloat(DType src_dtype, const std::byte* src, uint64_t n, float mul, float add,
-                  float* dst) {
-  const uint64_t done = ScaleVector(src_dtype, src, n, mul, add, dst);
+                  float* dst, Stores stores) {
+  uint64_t done = 0;
+  if (stores == Stores::kStreaming && CanStream(dst)) {
+    done = ScaleVector<true>(src_dtype, src, n, mul, add, dst);
+#if defined(__SSE2__)
+    // Streaming stores are weakly ordered: make them visible before the
+    // batch is handed to another thread or a DMA engine.
+    _mm_sfence();
+#endif
+  } else {
+    done = ScaleVector<false>(src_dtype, src, n, mul, add, dst);
+  }
   ScaleTail(src_dtype, src, done, n, mul, add, dst);
 }
 

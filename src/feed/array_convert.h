@@ -18,10 +18,17 @@ namespace saturate::feed {
 // Whether ScaleToFloat converts from `src`: uint8, int32, int64, float32.
 bool CanScaleToFloat(format::DType src);
 
+// How the output is stored. kStreaming writes past the caches (non-temporal
+// stores) when dst is 32-byte aligned: no read-for-ownership of the lines,
+// so about half the memory traffic, for output that no CPU reads soon
+// (a DMA engine's source); a CPU reader would then fetch it from memory.
+enum class Stores { kCached, kStreaming };
+
 // Converts n elements of type `src_dtype` at `src` (any alignment) into
-// float32 at `dst`. Source and destination must not overlap.
+// float32 at `dst`. Source and destination must not overlap. Either Stores
+// gives the same bytes.
 void ScaleToFloat(format::DType src_dtype, const std::byte* src, uint64_t n, float mul, float add,
-                  float* dst);
+                  float* dst, Stores stores = Stores::kCached);
 
 // The same with the vector paths off: the reference the tests compare to.
 void ScaleToFloatScalar(format::DType src_dtype, const std::byte* src, uint64_t n, float mul,

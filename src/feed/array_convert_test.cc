@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -72,6 +74,32 @@ TEST(ScaleToFloatTest, EveryPathGivesTheScalarReferenceBytes) {
                 << format::DTypeName(dtype) << " n=" << n << " misalign=" << misalign
                 << " mul=" << a.mul << " avx2_off=" << avx2_off;
           }
+        }
+      }
+    }
+  }
+  image::DisableAvx2ResizeForTesting(false);
+}
+
+// Streaming stores give the same bytes: at a 32-byte-aligned destination
+// (the vector loops stream) and off it (they store through the caches).
+TEST(ScaleToFloatTest, StreamingStoresGiveTheSameBytes) {
+  std::mt19937 rng(11);
+  const float mul = 1.0f / 255 / 0.3530f, add = -0.2860f / 0.3530f;
+  for (bool avx2_off : {false, true}) {
+    image::DisableAvx2ResizeForTesting(avx2_off);
+    for (DType dtype : {DType::kUInt8, DType::kInt32, DType::kInt64, DType::kFloat32}) {
+      for (uint64_t n : {0, 5, 16, 33, 784, 3072}) {
+        const auto src = Elements(dtype, n, 0, &rng);
+        for (size_t offset : {0, 1, 4}) {  // in floats: aligned, then 4 and 16 bytes off
+          alignas(64) static float got[3072 + 8], want[3072 + 8];
+          std::fill(std::begin(got), std::end(got), -7.0f);
+          std::fill(std::begin(want), std::end(want), -7.0f);
+          ScaleToFloat(dtype, src.data(), n, mul, add, got + offset, Stores::kStreaming);
+          ScaleToFloatScalar(dtype, src.data(), n, mul, add, want + offset);
+          ASSERT_EQ(std::memcmp(got, want, sizeof(got)), 0)
+              << format::DTypeName(dtype) << " n=" << n << " offset=" << offset
+              << " avx2_off=" << avx2_off;
         }
       }
     }

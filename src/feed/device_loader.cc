@@ -34,6 +34,7 @@ class PinnedAllocator : public BatchAllocator {
   explicit PinnedAllocator(std::shared_ptr<device::Gpu> gpu) : gpu_(std::move(gpu)) {}
   Result<void*> Allocate(size_t bytes) override { return gpu_->AllocPinned(bytes); }
   void Free(void* ptr, size_t) override { gpu_->FreePinned(ptr); }
+  bool read_by_device() const override { return true; }
 
  private:
   std::shared_ptr<device::Gpu> gpu_;

@@ -779,6 +779,9 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   SATURATE_ASSIGN_OR_RETURN(
       SamplePlan plan, SamplePlan::Create(dataset->schema(), options.fields, options.batch_size));
   plan.set_image_deferral(options.image_deferral);
+  if (options.allocator && options.allocator->read_by_device()) {
+    plan.set_array_stores(Stores::kStreaming);
+  }
   auto impl =
       std::make_unique<Impl>(options, std::move(dataset), std::move(sampler), std::move(plan));
   SATURATE_RETURN_IF_ERROR(impl->Start());

@@ -491,6 +491,30 @@ TEST(LoaderTest, FixedSizeRecordsAreGatheredIntoTheBatch) {
   EXPECT_TRUE(std::equal(rest.begin(), rest.end(), reference.begin() + 4));
 }
 
+// Pinned buffers a GPU reads (read_by_device) get the float arrays through
+// streaming stores: the same bytes, slots aligned or not (156 floats: every
+// other slot starts off a 32-byte boundary).
+TEST(LoaderTest, BuffersReadByADeviceGetTheSameBytes) {
+  class DeviceRead : public CountingAllocator {
+   public:
+    bool read_by_device() const override { return true; }
+  };
+  testing::TempDir dir;
+  SATURATE_ASSERT_OK(WriteFixedDataset(dir.path(), 150));
+  std::vector<std::string> want, got;
+  for (bool device : {false, true}) {
+    LoaderOptions o = FixedOptions(dir.path(), 2);
+    std::shared_ptr<CountingAllocator> allocator = std::make_shared<CountingAllocator>();
+    if (device) allocator = std::make_shared<DeviceRead>();
+    o.allocator = allocator;
+    SATURATE_ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(o));
+    (device ? got : want) = Drain(loader.get());
+    EXPECT_GT(allocator->allocations.load(), 0);
+  }
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want);
+}
+
 TEST(LoaderTest, CorruptFixedSizeRecordFailsItsBatchOrIsSkipped) {
   testing::TempDir dir;
   SATURATE_ASSERT_OK(WriteFixedDataset(dir.path(), 40));

@@ -277,14 +277,15 @@ Status SamplePlan::WriteSample(const format::Record& record, uint64_t record_ind
   return Status::OK();
 }
 
-void SamplePlan::WriteArray(const Output& out, std::span<const std::byte> src, std::byte* dst) {
+void SamplePlan::WriteArray(const Output& out, std::span<const std::byte> src,
+                            std::byte* dst) const {
   const ArrayTransform& t = out.options.array;
   if (!t.to_float) {
     std::memcpy(dst, src.data(), out.sample_bytes);
     return;
   }
   ScaleToFloat(out.src_dtype, src.data(), out.sample_bytes / sizeof(float), t.scale / t.std,
-               -t.mean / t.std, reinterpret_cast<float*>(dst));
+               -t.mean / t.std, reinterpret_cast<float*>(dst), array_stores_);
 }
 
 void SamplePlan::WriteFixedSamples(std::span<const format::Record> records,

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "feed/array_convert.h"
 #include "feed/image_deferral.h"
 #include "image/transform.h"
 #include "saturate/feed/loader.h"
@@ -84,6 +85,9 @@ class SamplePlan {
   void set_image_deferral(std::shared_ptr<ImageDeferral> deferral) {
     deferral_ = std::move(deferral);
   }
+  // How arrays converted to float are stored (kStreaming for buffers a
+  // device reads: BatchAllocator::read_by_device).
+  void set_array_stores(Stores stores) { array_stores_ = stores; }
 
   uint64_t batch_bytes() const { return batch_bytes_; }
   // Every output is a fixed-size array or a scalar: no decode, no padding,
@@ -112,13 +116,14 @@ class SamplePlan {
                     uint64_t seed, uint64_t epoch, uint64_t slot, std::byte* dst,
                     SampleScratch* scratch, StageTimes* times) const;
 
-  static void WriteArray(const Output& out, std::span<const std::byte> src, std::byte* dst);
+  void WriteArray(const Output& out, std::span<const std::byte> src, std::byte* dst) const;
 
   std::vector<Output> outputs_;
   uint64_t batch_size_ = 0;
   uint64_t batch_bytes_ = 0;
   bool fixed_size_ = false;
   std::shared_ptr<ImageDeferral> deferral_;
+  Stores array_stores_ = Stores::kCached;
 };
 
 }  // namespace saturate::feed

@@ -58,6 +58,9 @@ class BatchAllocator {
   virtual ~BatchAllocator() = default;
   virtual Result<void*> Allocate(size_t bytes) = 0;
   virtual void Free(void* ptr, size_t bytes) = 0;
+  // Whether the buffers are read by a device's DMA engine rather than by
+  // CPU code: workers then write converted arrays past the caches.
+  virtual bool read_by_device() const { return false; }
 };
 std::shared_ptr<BatchAllocator> HostAllocator();
 
