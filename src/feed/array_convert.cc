@@ -171,15 +171,16 @@ void ScaleToFloat(DType src_dtype, const std::byte* src, uint64_t n, float mul, 
   uint64_t done = 0;
   if (stores == Stores::kStreaming && CanStream(dst)) {
     done = ScaleVector<true>(src_dtype, src, n, mul, add, dst);
-#if defined(__SSE2__)
-    // Streaming stores are weakly ordered: make them visible before the
-    // batch is handed to another thread or a DMA engine.
-    _mm_sfence();
-#endif
   } else {
     done = ScaleVector<false>(src_dtype, src, n, mul, add, dst);
   }
   ScaleTail(src_dtype, src, done, n, mul, add, dst);
+}
+
+void StreamingFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 void ScaleToFloatScalar(DType src_dtype, const std::byte* src, uint64_t n, float mul, float add,

@@ -22,7 +22,14 @@ bool CanScaleToFloat(format::DType src);
 // stores) when dst is 32-byte aligned: no read-for-ownership of the lines,
 // so about half the memory traffic, for output that no CPU reads soon
 // (a DMA engine's source); a CPU reader would then fetch it from memory.
+// Streaming stores are weakly ordered: call StreamingFence() once the
+// output is written and before another thread or a device may read it
+// (once per chunk of samples: a fence per sample costs more than the
+// streaming saves).
 enum class Stores { kCached, kStreaming };
+
+// Orders this thread's streaming stores before its later stores.
+void StreamingFence();
 
 // Converts n elements of type `src_dtype` at `src` (any alignment) into
 // float32 at `dst`. Source and destination must not overlap. Either Stores

@@ -96,6 +96,7 @@ TEST(ScaleToFloatTest, StreamingStoresGiveTheSameBytes) {
           std::fill(std::begin(got), std::end(got), -7.0f);
           std::fill(std::begin(want), std::end(want), -7.0f);
           ScaleToFloat(dtype, src.data(), n, mul, add, got + offset, Stores::kStreaming);
+          StreamingFence();
           ScaleToFloatScalar(dtype, src.data(), n, mul, add, want + offset);
           ASSERT_EQ(std::memcmp(got, want, sizeof(got)), 0)
               << format::DTypeName(dtype) << " n=" << n << " offset=" << offset
