@@ -33,7 +33,8 @@
 #               wallpapers)
 #   pack        saturate pack folder -> a .sat dataset
 #   feed        saturate bench feed --device cuda, CPU / GPU / auto decode, 2 threads and all,
-#               and --device cpu: the pipeline alone, no model
+#               and --device cpu: the pipeline alone, no model; then Fashion-MNIST-shaped
+#               arrays (random pixels) converted to float on the host, --device cuda and cpu
 #   example     examples/train_resnet18_photos.py as a user runs it (device="cuda"), 100 steps;
 #               if it dies, again under cuda-gdb for the native stacks
 #   checkpoint  bench/gpu_checkpoint_bench.py: saturate vs torch.save vs dcp.async_save while
@@ -507,6 +508,30 @@ step_feed() {
     echo "bench feed --device $device --decode $decode ${threads[*]}:"
     timeout --kill-after=10 60 "$sat" bench feed "$data/photos-train.sat" --batch 256 --epochs 1 \
       --warmup 2 --json -t "$t" --device "$device" --decode "$decode" "${threads[@]}" || true
+  done
+  # Small fixed-size records converted to float on the host, into the pinned buffers the copy
+  # engine reads (written with streaming stores: BatchAllocator::read_by_device), and into host
+  # memory. Fashion-MNIST's shape with random pixels: the GPU machine has no dataset package.
+  local arrays=$data/arrays.sat
+  if [[ ! -d $arrays ]]; then
+    "$py" - "$data" <<'EOF'
+import sys
+import numpy as np
+data, n = sys.argv[1], 60000
+rng = np.random.default_rng(0)
+with open(f"{data}/arrays-images-idx3-ubyte", "wb") as f:  # IDX: magic, dims (big-endian)
+    f.write(np.array([0x803, n, 28, 28], ">u4").tobytes())
+    f.write(rng.integers(0, 256, (n, 28, 28), dtype=np.uint8).tobytes())
+with open(f"{data}/arrays-labels-idx1-ubyte", "wb") as f:
+    f.write(np.array([0x801, n], ">u4").tobytes())
+    f.write(rng.integers(0, 10, n, dtype=np.uint8).tobytes())
+EOF
+    "$sat" pack idx "$data/arrays-images-idx3-ubyte" "$data/arrays-labels-idx1-ubyte" "$arrays" -q
+  fi
+  for device in cuda cpu; do
+    echo "bench feed arrays (60,000 x 28x28 uint8 -> float) --device $device:"
+    timeout --kill-after=10 60 "$sat" bench feed "$arrays" --batch 256 --epochs 5 --warmup 2 \
+      --json -t image:to-float,mean=0.2860,std=0.3530 --device "$device" || true
   done
 }
 
