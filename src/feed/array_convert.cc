@@ -168,12 +168,9 @@ bool CanScaleToFloat(DType src) {
 
 void ScaleToFloat(DType src_dtype, const std::byte* src, uint64_t n, float mul, float add,
                   float* dst, Stores stores) {
-  uint64_t done = 0;
-  if (stores == Stores::kStreaming && CanStream(dst)) {
-    done = ScaleVector<true>(src_dtype, src, n, mul, add, dst);
-  } else {
-    done = ScaleVector<false>(src_dtype, src, n, mul, add, dst);
-  }
+  const uint64_t done = stores == Stores::kStreaming && CanStream(dst)
+                            ? ScaleVector<true>(src_dtype, src, n, mul, add, dst)
+                            : ScaleVector<false>(src_dtype, src, n, mul, add, dst);
   ScaleTail(src_dtype, src, done, n, mul, add, dst);
 }
 

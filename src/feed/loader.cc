@@ -633,6 +633,9 @@ class Loader::Impl {
                      ProduceSample(indices[k], epoch, begin + k, data, &scratch, &times));
         }
       }
+      // Once per chunk, before the chunk is published: a fence per sample
+      // costs more than streaming saves.
+      if (plan_.array_stores() == Stores::kStreaming) StreamingFence();
       const std::vector<uint64_t>& failed = errors.failed;
       if (tracing) {
         ExtendStretch(epoch, b, chunk_start_ns, trace::NowNs(), indices.size(), times, &stretch);

@@ -274,7 +274,6 @@ Status SamplePlan::WriteSample(const format::Record& record, uint64_t record_ind
         break;  // written with its array
     }
   }
-  if (array_stores_ == Stores::kStreaming) StreamingFence();
   return Status::OK();
 }
 
@@ -305,7 +304,6 @@ void SamplePlan::WriteFixedSamples(std::span<const format::Record> records,
       }
     }
   }
-  if (array_stores_ == Stores::kStreaming) StreamingFence();
 }
 
 std::vector<TensorView> SamplePlan::Finish(std::byte* buffer, const std::vector<uint8_t>& valid,

@@ -86,8 +86,10 @@ class SamplePlan {
     deferral_ = std::move(deferral);
   }
   // How arrays converted to float are stored (kStreaming for buffers a
-  // device reads: BatchAllocator::read_by_device).
+  // device reads: BatchAllocator::read_by_device). With kStreaming the
+  // writer calls StreamingFence() before handing the samples over.
   void set_array_stores(Stores stores) { array_stores_ = stores; }
+  Stores array_stores() const { return array_stores_; }
 
   uint64_t batch_bytes() const { return batch_bytes_; }
   // Every output is a fixed-size array or a scalar: no decode, no padding,
