@@ -4,7 +4,8 @@
 #
 #   A. Fashion-MNIST, batch 256, float normalized: the torch DataLoader at its
 #      best num_workers vs `saturate bench feed` at every fixed thread count
-#      and auto, beside the memory-bandwidth bound (bench/memcpy_bound).
+#      and auto, beside the memory-bandwidth bounds (bench/memcpy_bound: with
+#      streaming stores and with the cached stores the loader uses).
 #   B. The photo set, RandomResizedCrop 224 uint8, batch 64, over 2 and 8
 #      epochs: every fixed thread count vs --threads auto.
 #
