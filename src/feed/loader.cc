@@ -35,6 +35,13 @@ std::atomic<int64_t> next_loader_id{0};
 
 // How many records ahead of the one being read a fixed-size chunk prefetches.
 constexpr size_t kFixedPrefetchDistance = 4;
+// A fixed-size chunk is read and written in passes of this many records,
+// so that their bytes are still in the core's caches when written.
+constexpr size_t kFixedPassRecords = 32;
+// The fewest records a fixed-size chunk holds (unless the batch holds
+// fewer): they cost a fraction of a microsecond each, and claiming a chunk
+// (the lock, the shared counters, the clock) must not cost as much as it.
+constexpr uint64_t kMinFixedChunk = 64;
 
 // The failures of one chunk's samples: their slots, and the first error.
 struct ChunkErrors {
@@ -198,8 +205,15 @@ class Loader::Impl {
     shared_->allocator = options_.allocator ? options_.allocator : HostAllocator();
     shared_->buffer_bytes = plan_.batch_bytes();
     shared_->capacity = static_cast<size_t>(prefetch_ + options_.max_held_batches);
-    // Split batches into chunks so every thread gets work and locking stays rare.
-    chunk_ = std::max<uint64_t>(1, options_.batch_size / (4 * static_cast<uint64_t>(max_threads_)));
+    // Split batches into chunks so every thread gets work and locking stays
+    // rare: four a thread for samples that are decoded, whose costs vary;
+    // one a thread (at least kMinFixedChunk records) for fixed-size ones,
+    // which cost alike and little (docs/benchmarks.md, "Feed at the
+    // machine's limit").
+    const uint64_t batch = options_.batch_size, threads = static_cast<uint64_t>(max_threads_);
+    chunk_ = plan_.fixed_size()
+                 ? std::max((batch + threads - 1) / threads, std::min(batch, kMinFixedChunk))
+                 : std::max<uint64_t>(1, batch / (4 * threads));
     {
       std::unique_lock<std::mutex> lock(shared_->mu);
       StartEpochLocked(0, 0, 0, &lock);
@@ -663,12 +677,21 @@ class Loader::Impl {
     }
   }
 
-  // A chunk of fixed-size records in two passes: read and verify them all
-  // (prefetching a few ahead: small records in random order are bound by
-  // memory latency), then write them output by output. Two clock reads per
-  // chunk instead of two per sample.
+  // A chunk of fixed-size records, kFixedPassRecords at a time.
   void ProduceFixedChunk(const std::vector<uint64_t>& indices, uint64_t begin, std::byte* data,
                          SampleScratch* scratch, StageTimes* times, ChunkErrors* errors) {
+    for (size_t k = 0; k < indices.size(); k += kFixedPassRecords) {
+      const size_t n = std::min(kFixedPassRecords, indices.size() - k);
+      ProduceFixedPass(std::span(indices).subspan(k, n), begin + k, data, scratch, times, errors);
+    }
+  }
+
+  // Fixed-size records in two passes: read and verify them all (prefetching
+  // a few ahead: small records in random order are bound by memory
+  // latency), then write them output by output. Two clock reads per pass
+  // instead of two per sample.
+  void ProduceFixedPass(std::span<const uint64_t> indices, uint64_t begin, std::byte* data,
+                        SampleScratch* scratch, StageTimes* times, ChunkErrors* errors) {
     const size_t n = indices.size();
     scratch->records.resize(n);
     scratch->records_ok.assign(n, 1);
