@@ -4,8 +4,7 @@
      normalized. The torch DataLoader over the usual tensor-backed Dataset at
      every num_workers in every repeat, its best run of them all (the sweep
      included) taken as its rate; `saturate bench feed` at threads 1, 2 and
-     auto, and
-     beside them the memory-bandwidth bounds: memcpy bytes/s on the same
+     auto; and beside them the memory-bandwidth bounds: memcpy bytes/s on the same
      thread count (bench/memcpy_bound, buffers far larger than the caches)
      turned into samples/s as 2 * rate / (bytes read + bytes written per
      sample), once with glibc's streaming stores and once with ordinary

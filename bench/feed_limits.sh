@@ -3,9 +3,10 @@
 # 5 minutes on 2 cores:
 #
 #   A. Fashion-MNIST, batch 256, float normalized: the torch DataLoader's best
-#      run (every num_workers, every repeat) vs `saturate bench feed` at every fixed thread count
-#      and auto, beside the memory-bandwidth bounds (bench/memcpy_bound: with
-#      streaming stores and with the cached stores the loader uses).
+#      run (every num_workers, every repeat) vs `saturate bench feed` at every
+#      fixed thread count and auto, beside the memory-bandwidth bounds
+#      (bench/memcpy_bound: with streaming stores and with the cached stores
+#      the loader uses).
 #   B. The photo set, RandomResizedCrop 224 uint8, batch 64, over 2 and 8
 #      epochs: every fixed thread count vs --threads auto.
 #

@@ -35,9 +35,9 @@ std::atomic<int64_t> next_loader_id{0};
 
 // How many records ahead of the one being read a fixed-size chunk prefetches.
 constexpr size_t kFixedPrefetchDistance = 4;
-// A fixed-size chunk is read and written in passes of this many records,
+// A fixed-size chunk is read and written in groups of this many records,
 // so that their bytes are still in the core's caches when written.
-constexpr size_t kFixedPassRecords = 32;
+constexpr size_t kFixedGroupRecords = 32;
 // The fewest records a fixed-size chunk holds (unless the batch holds
 // fewer): they cost a fraction of a microsecond each, and claiming a chunk
 // (the lock, the shared counters, the clock) must not cost as much as it.
@@ -677,21 +677,21 @@ class Loader::Impl {
     }
   }
 
-  // A chunk of fixed-size records, kFixedPassRecords at a time.
+  // A chunk of fixed-size records, kFixedGroupRecords at a time.
   void ProduceFixedChunk(const std::vector<uint64_t>& indices, uint64_t begin, std::byte* data,
                          SampleScratch* scratch, StageTimes* times, ChunkErrors* errors) {
-    for (size_t k = 0; k < indices.size(); k += kFixedPassRecords) {
-      const size_t n = std::min(kFixedPassRecords, indices.size() - k);
-      ProduceFixedPass(std::span(indices).subspan(k, n), begin + k, data, scratch, times, errors);
+    for (size_t k = 0; k < indices.size(); k += kFixedGroupRecords) {
+      const size_t n = std::min(kFixedGroupRecords, indices.size() - k);
+      ProduceFixedGroup(std::span(indices).subspan(k, n), begin + k, data, scratch, times, errors);
     }
   }
 
-  // Fixed-size records in two passes: read and verify them all (prefetching
-  // a few ahead: small records in random order are bound by memory
-  // latency), then write them output by output. Two clock reads per pass
-  // instead of two per sample.
-  void ProduceFixedPass(std::span<const uint64_t> indices, uint64_t begin, std::byte* data,
-                        SampleScratch* scratch, StageTimes* times, ChunkErrors* errors) {
+  // A group of fixed-size records in two passes: read and verify them all
+  // (prefetching a few ahead: small records in random order are bound by
+  // memory latency), then write them output by output. Two clock reads per
+  // group instead of two per sample.
+  void ProduceFixedGroup(std::span<const uint64_t> indices, uint64_t begin, std::byte* data,
+                         SampleScratch* scratch, StageTimes* times, ChunkErrors* errors) {
     const size_t n = indices.size();
     scratch->records.resize(n);
     scratch->records_ok.assign(n, 1);
