@@ -82,7 +82,8 @@ def main():
                 streaming, cached = memcpy_rates(args.memcpy_bound, int(t))
                 copy[t].append(streaming)
                 cached_copy[t].append(cached)
-        w_best = best(sweep + torch_runs)["num_workers"]
+        torch_best = best(sweep + torch_runs)
+        w_best = torch_best["num_workers"]
         res["fmnist"] = {"torch_sweep": sweep, "torch_best_workers": w_best,
                          "torch_runs": torch_runs, "saturate_runs": sat,
                          "memcpy_bytes_per_s": copy, "cached_memcpy_bytes_per_s": cached_copy,
@@ -106,7 +107,7 @@ def main():
     def rate(runs):
         return max(r["images_per_s"] for r in runs)
 
-    t_best = rate(sweep + torch_runs)
+    t_best = torch_best["images_per_s"]
     per_sample = FMNIST_READ_BYTES + FMNIST_WRITE_BYTES
     print(f"\nA. Fashion-MNIST ({cores} cores; DataLoader best num_workers={w_best}: "
           f"{t_best:,.0f} samples/s)")

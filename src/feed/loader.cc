@@ -677,7 +677,9 @@ class Loader::Impl {
     }
   }
 
-  // A chunk of fixed-size records, kFixedGroupRecords at a time.
+  // A chunk of fixed-size records, kFixedGroupRecords at a time. Each group
+  // prefetches only its own records: prefetching across the previous
+  // group's write pass (~100 KB of stores for Fashion-MNIST) measured slower.
   void ProduceFixedChunk(const std::vector<uint64_t>& indices, uint64_t begin, std::byte* data,
                          SampleScratch* scratch, StageTimes* times, ChunkErrors* errors) {
     for (size_t k = 0; k < indices.size(); k += kFixedGroupRecords) {
