@@ -72,3 +72,8 @@ path = os.path.join(out_dir, f"rank{accelerator.process_index}-{phase}.json")
 with open(path, "w") as f:
     json.dump(report, f)
 accelerator.end_training()
+# end_training leaves the Gloo process group up; torn down during interpreter
+# finalization, its worker threads can abort the rank ("terminate called without
+# an active exception", seen once in CI). The other workers end the same way.
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()
