@@ -250,8 +250,13 @@ struct Features {
   std::optional<double> mem_available_min_bytes;
   std::optional<int> exit_code;  // the command's, from meta.json
 
-  // Model hints, from a user "model" counter ({"precision_bits": 32}).
+  // The bits the training math ran in: a user "model" counter
+  // ({"precision_bits": 32}), else the auto-instrumentation's "precision"
+  // record (torch.autocast regions and the parameters' dtype). The source is
+  // the counter's name; tf32_matmul: that record saw fp32 matmuls allowed TF32.
   std::optional<int64_t> precision_bits;
+  std::string precision_source;
+  bool tf32_matmul = false;
 
   // ---- JPEG decode on the GPU (a DeviceLoader's "loader_decode" records) -----
   // The split between the loader's CPU threads and nvJPEG (docs/gpu.md), from

@@ -1002,11 +1002,20 @@ void AutoFeatures(const Run& run, const Training& t, Features* f) {
   }
 }
 
+// A user's "model" counter says what the job meant; the auto-instrumentation's
+// "precision" record is what it saw.
 void ModelFeatures(const Run& run, Features* f) {
-  auto it = run.counters.find("model");
-  if (it == run.counters.end()) return;
-  if (auto p = it->second.find("precision_bits"); p != it->second.end()) {
-    f->precision_bits = p->second;
+  for (const char* name : {"model", "precision"}) {
+    auto it = run.counters.find(name);
+    if (it == run.counters.end()) continue;
+    const auto& values = it->second;
+    auto bits = values.find("precision_bits");
+    if (bits == values.end()) continue;
+    f->precision_bits = bits->second;
+    f->precision_source = name;
+    auto tf32 = values.find("tf32_matmul");
+    f->tf32_matmul = tf32 != values.end() && tf32->second != 0;
+    return;
   }
 }
 
@@ -1140,6 +1149,10 @@ nlohmann::json Features::ToJson() const {
     j["decode"] = std::move(decode);
   }
   Put(j, "precision_bits", precision_bits);
+  if (precision_bits) {
+    j["precision_source"] = precision_source;
+    j["tf32_matmul"] = tf32_matmul;
+  }
   json auto_json = {{"processes", auto_info.processes},
                     {"torch", auto_info.torch_version},
                     {"missing", auto_info.missing},

@@ -1305,12 +1305,21 @@ std::optional<Finding> IdleAllocationRule(const Features& f, const AnalysisOptio
 }
 
 // Only with evidence: a user "model" counter saying the math runs in fp32.
+// The precision_bits evidence line, naming where the value came from.
+void AddPrecision(const Features& f, Finding& x) {
+  Add(x, "precision_bits", double(*f.precision_bits), "bits",
+      f.precision_source == "model"
+          ? "from the \"model\" counter"
+          : "seen by the auto-instrumentation: torch.autocast regions, else the parameters' dtype");
+  if (f.tf32_matmul) Add(x, "tf32_matmul", 1, "", "fp32 matmuls may use TF32 tensor cores");
+}
+
 std::optional<Finding> ModelConfigRule(const Features& f, const AnalysisOptions&) {
   if (f.gpu_count == 0 || !f.precision_bits || *f.precision_bits < 32) return std::nullopt;
   const double busy = UsedGpuBusyPct(f).value_or(0);
   Finding x = Make(f, "model_config", "The model trains in fp32 where bf16 would do",
                    f.active_s * busy / 100 * kFp32AssumedGain, 0.4);
-  Add(x, "precision_bits", double(*f.precision_bits), "bits", "from the \"model\" counter");
+  AddPrecision(f, x);
   if (f.gpm_tensor_active_pct) {
     Add(x, "tensor_active_pct", *f.gpm_tensor_active_pct, "%",
         "tensor pipes active while busy (GPM, DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)");
@@ -1377,10 +1386,11 @@ std::optional<Finding> LaunchBoundRule(const Features& f, const AnalysisOptions&
 
 // GPM: the SMs compute but the tensor pipes stay idle, so matrix math runs
 // on the slower FP32/FP16 pipes. Under mixed precision (a "model" counter with
-// precision_bits <= 16) that means the ops miss the tensor cores (layout,
-// shapes, ops outside autocast). The auto-instrumentation does not record
-// torch.autocast, so without that counter the finding says so and is less
-// confident. A model counter saying fp32 is model_config's own finding.
+// precision_bits <= 16, from a user's "model" counter or the
+// auto-instrumentation) that means the ops miss the tensor cores (layout,
+// shapes, ops outside autocast). A run recorded without either (a job traced
+// only through saturate.Loader) does not say, so the finding says so and is
+// less confident. fp32 is model_config's own finding.
 std::optional<Finding> TensorCoresIdleRule(const Features& f, const AnalysisOptions&) {
   if (f.gpm_samples < kGpmMinSamples || !f.gpm_util_pct || !f.gpm_sm_active_pct ||
       !f.gpm_tensor_active_pct) {
@@ -1404,12 +1414,11 @@ std::optional<Finding> TensorCoresIdleRule(const Features& f, const AnalysisOpti
       "tensor pipes active while busy (GPM, DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)");
   Add(x, "sm_active_pct", sm, "%", "SMs with work assigned (DCGM_FI_PROF_SM_ACTIVE)");
   Add(x, "gpu_util_pct", util, "%", "GPU utilization over the samples with GPM counters");
-  if (amp) {
-    Add(x, "precision_bits", double(*f.precision_bits), "bits", "from the \"model\" counter");
-  }
+  if (amp) AddPrecision(f, x);
   x.fix = std::string(amp ? ""
-                          : "Whether the run used torch.autocast is not recorded (add a \"model\" "
-                            "counter with precision_bits to say so). ") +
+                          : "Whether the run used torch.autocast is not recorded (run it under "
+                            "saturate watch or doctor, or add a \"model\" counter with "
+                            "precision_bits). ") +
           "Put the matrix math on tensor cores: run the forward pass under "
           "torch.autocast(\"cuda\", dtype=torch.bfloat16) (fp32 matmuls: "
           "torch.set_float32_matmul_precision(\"high\") for TF32); convert convolution models "

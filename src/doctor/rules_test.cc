@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "doctor/analysis.h"
@@ -597,6 +598,31 @@ TEST(RulesTest, ModelConfigOnlyWithPrecisionEvidence) {
   EXPECT_TRUE(Analyze(b.Build()).findings.empty());
 }
 
+// The auto-instrumentation's "precision" record counts as evidence; a user's
+// "model" counter, saying what the job meant, comes first.
+TEST(RulesTest, ModelConfigFromTheAutoInstrumentationsPrecisionRecord) {
+  std::mt19937 rng(1);
+  RunBuilder b = HealthyGpu(rng);
+  b.Counter("precision",
+            {{"precision_bits", 32}, {"autocast_bits", 0}, {"param_bits", 32}, {"tf32_matmul", 1}});
+  Analysis a = Analyze(b.Build());
+  ASSERT_EQ(a.findings.size(), 1u) << Describe(a.findings);
+  const Finding& x = a.findings[0];
+  EXPECT_EQ(x.cause, "model_config");
+  std::map<std::string, const Evidence*> by_key;
+  for (const Evidence& e : x.evidence) by_key[e.key] = &e;
+  ASSERT_TRUE(by_key.count("precision_bits") && by_key.count("tf32_matmul"))
+      << Describe(a.findings);
+  EXPECT_EQ(by_key["precision_bits"]->value, 32);
+  EXPECT_NE(by_key["precision_bits"]->text.find("auto-instrumentation"), std::string::npos);
+  EXPECT_EQ(a.features.precision_source, "precision");
+
+  b.Counter("model", {{"precision_bits", 16}});
+  Analysis user = Analyze(b.Build());
+  EXPECT_TRUE(user.findings.empty()) << Describe(user.findings);
+  EXPECT_EQ(user.features.precision_source, "model");
+}
+
 // GPM counters on a healthy run: `sm`, `tensor` (0-100) on every sample.
 RunBuilder WithGpm(std::mt19937& rng, double util_pct, double sm, double tensor) {
   RunBuilder b = HealthyGpu(rng);
@@ -688,6 +714,18 @@ TEST(RulesTest, TensorCoresIdleUnderMixedPrecision) {
   EXPECT_NE(x->fix.find("bfloat16"), std::string::npos);
   EXPECT_NE(x->fix.find("multiples of 8"), std::string::npos);
   EXPECT_EQ(Find(a.findings, "launch_bound"), nullptr);
+}
+
+TEST(RulesTest, TensorCoresIdleUnderAutocastSeenByTheAutoInstrumentation) {
+  std::mt19937 rng(1);
+  RunBuilder b = WithGpm(rng, 99, 90, 0.5);
+  b.Counter("precision", {{"precision_bits", 16}, {"autocast_bits", 16}, {"param_bits", 32}});
+  Analysis a = Analyze(b.Build());
+  const Finding* x = Find(a.findings, "model_config");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  EXPECT_NE(x->title.find("although the model runs in 16-bit"), std::string::npos) << x->title;
+  EXPECT_NEAR(x->confidence, 0.6, 1e-9);
+  EXPECT_EQ(x->fix.find("not recorded"), std::string::npos) << x->fix;
 }
 
 TEST(RulesTest, TensorCoresIdleWithoutPrecisionEvidenceSaysAmpIsUnknown) {

@@ -7,6 +7,8 @@ is light, so it keeps up. Knows nothing about saturate.
 
     python healthy.py --steps 150
     python healthy.py --data loader --workers 2
+    python healthy.py --precision autocast   # forward under torch.autocast, bfloat16
+    python healthy.py --precision bf16       # the model and inputs in bfloat16
 """
 
 import argparse
@@ -24,6 +26,8 @@ def main():
     p.add_argument("--data", choices=["memory", "loader"], default="memory")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--precision", choices=["fp32", "autocast", "autocast-loop", "bf16"],
+                   default="fp32", help="autocast-loop: the whole loop inside one autocast")
     args = p.parse_args()
 
     torch.manual_seed(0)
@@ -34,6 +38,8 @@ def main():
         nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
         nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
         nn.Flatten(), nn.Linear(64, 10))
+    if args.precision == "bf16":
+        model, images = model.to(torch.bfloat16), images.to(torch.bfloat16)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -50,9 +56,18 @@ def main():
         while True:
             yield from loader
 
+    def forward(x, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "autocast"):
+            return loss_fn(model(x), y)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "autocast-loop"):
+        train(args, batches(), forward, optimizer)
+
+
+def train(args, batches, forward, optimizer):
     start = time.time()
-    for step, (x, y) in enumerate(batches(), 1):
-        loss = loss_fn(model(x), y)
+    for step, (x, y) in enumerate(batches, 1):
+        loss = forward(x, y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

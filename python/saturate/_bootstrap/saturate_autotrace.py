@@ -24,6 +24,9 @@ the spans format of docs/trace.md (what each event means: docs/auto.md):
     dataloader   a counters record per DataLoader built: num_workers, pin_memory, ...
     ddp          a counters record per DistributedDataParallel model: gradient bytes, buckets;
                  its buffer broadcast at each forward, as a "broadcast" collective
+    precision    a counters record at the first update and whenever it changes: the bits the
+                 step's math ran in (torch.autocast entered since the last update or still
+                 active, else the parameters' dtype), and whether fp32 matmuls may use TF32
     exit         a counters record when the process exits through exit handlers (sys.exit,
                  an uncaught exception: its "Type: message"), with the steps seen
 
@@ -275,12 +278,14 @@ def _update_done(optimizer, t0, t1):
     with several optimizers)."""
     import weakref
 
-    if _explicit[0]:
-        return
     lead = _lead[0]() if _lead[0] is not None else None
     if lead is None:
         _lead[0] = weakref.ref(optimizer)
         lead = optimizer
+    if lead is optimizer:
+        _record_precision(optimizer)
+    if _explicit[0]:
+        return
     _span("optimizer", "user", t0, t1)
     _state.forward_start = t1
     if lead is optimizer:
@@ -409,6 +414,71 @@ def _hook_backward(torch):
 
     torch.autograd.backward = wrapper
     return "torch.autograd.backward"
+
+
+# ---- precision ----------------------------------------------------------------------------
+
+_DTYPE_BITS = {"torch.float16": 16, "torch.bfloat16": 16, "torch.float32": 32,
+               "torch.float64": 64}
+_amp_bits = [0]  # the fewest bits of an enabled autocast entered since the lead's last update
+_precision = [None]  # the values of the last "precision" record
+
+
+def _hook_autocast(torch):
+    """torch.autocast's __enter__ (torch.cuda.amp.autocast and the decorator
+    form go through it): notes the dtype of every enabled region."""
+    cls = torch.autocast
+    enter = cls.__enter__
+
+    @functools.wraps(enter)
+    def wrapper(self, *args, **kwargs):
+        out = enter(self, *args, **kwargs)
+        _autocast_entered(self)
+        return out
+
+    cls.__enter__ = wrapper
+    return "torch.autocast"
+
+
+@_safe
+def _autocast_entered(ctx):
+    bits = _DTYPE_BITS.get(str(getattr(ctx, "fast_dtype", None)), 0)
+    if getattr(ctx, "_enabled", False) and bits and (not _amp_bits[0] or bits < _amp_bits[0]):
+        _amp_bits[0] = bits
+
+
+def _autocast_now(torch):
+    """The fewest bits of an autocast region active on this thread (a loop
+    that runs wholly inside one), else 0."""
+    bits = 0
+    for device in ("cuda", "cpu"):
+        if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4
+            on, dtype = torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+        elif device == "cuda":
+            on, dtype = torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+        else:
+            on, dtype = torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+        b = _DTYPE_BITS.get(str(dtype), 0) if on else 0
+        if b and (not bits or b < bits):
+            bits = b
+    return bits
+
+
+@_safe
+def _record_precision(optimizer):
+    """At each update of the lead optimizer: the bits its step's math ran in.
+    Written when it changes, so the last record describes the run's end."""
+    torch = sys.modules["torch"]
+    amp, _amp_bits[0] = _amp_bits[0] or _autocast_now(torch), 0
+    params = optimizer.param_groups[0]["params"] if optimizer.param_groups else []
+    param_bits = _DTYPE_BITS.get(str(params[0].dtype), 0) if params else 0
+    getter = getattr(torch, "get_float32_matmul_precision", None)
+    values = {"precision_bits": amp or param_bits or 32,
+              "autocast_bits": amp, "param_bits": param_bits,
+              "tf32_matmul": int(getter is not None and getter() != "highest")}
+    if values != _precision[0]:
+        _precision[0] = values
+        _w.emit(_counters("precision", values))
 
 
 # ---- data ---------------------------------------------------------------------------------
@@ -863,7 +933,7 @@ def _on_torch(torch):
     _info["torch"] = str(getattr(torch, "__version__", "?"))
     _internal_prefixes.append(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
     for name, fn in (("optimizer", _hook_optimizer), ("grad_scaler", _hook_grad_scaler),
-                     ("backward", _hook_backward), ("dataloader", _hook_dataloader),
+                     ("backward", _hook_backward), ("autocast", _hook_autocast), ("dataloader", _hook_dataloader),
                      ("fetch", _hook_fetch), ("host_sync", _hook_syncs),
                      ("copy", _hook_copies), ("save", _hook_save), ("ddp", _hook_ddp)):
         _try_hook(name, fn, torch)
