@@ -172,6 +172,10 @@ def test_precision_is_recorded_from_autocast_and_the_parameters(tmp_path, torch_
     assert {k: records[0][k] for k in ("precision_bits", "autocast_bits", "param_bits")} == {
         "precision_bits": bits, "autocast_bits": autocast_bits, "param_bits": param_bits}
     assert records[0]["tf32_matmul"] == 0  # torch's default, "highest"
+    # The weights, once: healthy.py's three convolutions (NCHW) and its Linear(64, 10).
+    shapes = [c["args"] for c in main["counters"] if c["name"] == "model_shapes"]
+    assert shapes == [{"conv_weights": 3, "conv_nchw_weights": 3, "matrix_weights": 1,
+                       "matrix_unaligned_weights": 1}], shapes
 
 
 def test_inline_loading_records_waits_and_fetches_in_the_training_process(tmp_path):
@@ -591,6 +595,7 @@ def test_doctor_finds_nothing_wrong_with_a_healthy_loop(tmp_path, args):
     assert not bad, stdout
     # What the math ran in, as recorded (no GPU here, so no model_config finding).
     assert features["precision_bits"] == 32 and features["precision_source"] == "precision"
+    assert features["model_shapes"]["conv_nchw_weights"] == 3, features["model_shapes"]
 
 
 def test_doctor_imagenet_style_script(tmp_path, photo_folder):

@@ -257,6 +257,15 @@ struct Features {
   std::optional<int64_t> precision_bits;
   std::string precision_source;
   bool tf32_matmul = false;
+  // The optimizer's weights as the auto-instrumentation saw them at the first
+  // update ("model_shapes"): 4-D (convolution) ones, those laid out NCHW
+  // rather than channels_last, 2-D (Linear, Embedding) ones and those with a
+  // size not a multiple of 8. Absent without that record.
+  struct ModelShapes {
+    int64_t conv_weights = 0, conv_nchw_weights = 0;
+    int64_t matrix_weights = 0, matrix_unaligned_weights = 0;
+  };
+  std::optional<ModelShapes> model_shapes;
 
   // ---- JPEG decode on the GPU (a DeviceLoader's "loader_decode" records) -----
   // The split between the loader's CPU threads and nvJPEG (docs/gpu.md), from

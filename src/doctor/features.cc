@@ -1015,7 +1015,16 @@ void ModelFeatures(const Run& run, Features* f) {
     f->precision_source = name;
     auto tf32 = values.find("tf32_matmul");
     f->tf32_matmul = tf32 != values.end() && tf32->second != 0;
-    return;
+    break;
+  }
+  if (auto it = run.counters.find("model_shapes"); it != run.counters.end()) {
+    auto value = [&](const char* key) {
+      auto v = it->second.find(key);
+      return v == it->second.end() ? int64_t{0} : v->second;
+    };
+    f->model_shapes =
+        Features::ModelShapes{value("conv_weights"), value("conv_nchw_weights"),
+                              value("matrix_weights"), value("matrix_unaligned_weights")};
   }
 }
 
@@ -1152,6 +1161,12 @@ nlohmann::json Features::ToJson() const {
   if (precision_bits) {
     j["precision_source"] = precision_source;
     j["tf32_matmul"] = tf32_matmul;
+  }
+  if (model_shapes) {
+    j["model_shapes"] = {{"conv_weights", model_shapes->conv_weights},
+                         {"conv_nchw_weights", model_shapes->conv_nchw_weights},
+                         {"matrix_weights", model_shapes->matrix_weights},
+                         {"matrix_unaligned_weights", model_shapes->matrix_unaligned_weights}};
   }
   json auto_json = {{"processes", auto_info.processes},
                     {"torch", auto_info.torch_version},

@@ -1314,6 +1314,42 @@ void AddPrecision(const Features& f, Finding& x) {
   if (f.tf32_matmul) Add(x, "tf32_matmul", 1, "", "fp32 matmuls may use TF32 tensor cores");
 }
 
+// Besides precision, what keeps matrix math off the tensor cores: NCHW
+// convolution weights and sizes not multiples of 8. With the
+// auto-instrumentation's record of the weights the advice names what it saw
+// and leaves out what is already right; without it, the general rule.
+// Returns "; "-joined clauses ("" when nothing is to change).
+std::string ShapeAdvice(const Features& f, Finding& x) {
+  if (!f.model_shapes) {
+    return "convert convolution models and their inputs to channels_last "
+           "(model.to(memory_format=torch.channels_last)); keep batch, channel and hidden "
+           "sizes multiples of 8";
+  }
+  const Features::ModelShapes& m = *f.model_shapes;
+  std::string advice;
+  if (m.conv_nchw_weights > 0) {
+    Add(x, "conv_nchw_weights", double(m.conv_nchw_weights), "",
+        Fmt("of the optimizer's %lld convolution weights laid out NCHW, not channels_last",
+            (long long)m.conv_weights));
+    advice =
+        Fmt("convert the model and its inputs to channels_last (%lld of its %lld convolution "
+            "weights are NCHW): model.to(memory_format=torch.channels_last) and "
+            "x.to(memory_format=torch.channels_last)",
+            (long long)m.conv_nchw_weights, (long long)m.conv_weights);
+  }
+  if (m.matrix_unaligned_weights > 0) {
+    Add(x, "matrix_unaligned_weights", double(m.matrix_unaligned_weights), "",
+        Fmt("of the optimizer's %lld 2-D (Linear, Embedding) weights with a size not a "
+            "multiple of 8",
+            (long long)m.matrix_weights));
+    advice += std::string(advice.empty() ? "" : "; ") +
+              Fmt("pad the sizes that are not multiples of 8 (%lld of its %lld Linear and "
+                  "Embedding weights; a vocabulary to a multiple of 64)",
+                  (long long)m.matrix_unaligned_weights, (long long)m.matrix_weights);
+  }
+  return advice;
+}
+
 std::optional<Finding> ModelConfigRule(const Features& f, const AnalysisOptions&) {
   if (f.gpu_count == 0 || !f.precision_bits || *f.precision_bits < 32) return std::nullopt;
   const double busy = UsedGpuBusyPct(f).value_or(0);
@@ -1325,10 +1361,12 @@ std::optional<Finding> ModelConfigRule(const Features& f, const AnalysisOptions&
         "tensor pipes active while busy (GPM, DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)");
     if (*f.gpm_tensor_active_pct < kTensorIdlePct) x.confidence = 0.6;  // measured, not assumed
   }
+  const std::string shapes = ShapeAdvice(f, x);
   x.fix =
       "Use mixed precision (torch.autocast with bfloat16) so matrix math runs on tensor "
-      "cores; keep shapes multiples of 8 and use channels_last for convolutions. The time "
-      "lost assumes a conservative 30% saving of GPU time.";
+      "cores" +
+      (shapes.empty() ? "" : "; " + shapes) +
+      ". The time lost assumes a conservative 30% saving of GPU time.";
   x.fix_value = {{"precision_bits", 16}};
   PredictSaving(f, x, x.time_lost_s, "bf16 assumed to save 30% of the GPU's busy time", false);
   return x;
@@ -1385,12 +1423,11 @@ std::optional<Finding> LaunchBoundRule(const Features& f, const AnalysisOptions&
 }
 
 // GPM: the SMs compute but the tensor pipes stay idle, so matrix math runs
-// on the slower FP32/FP16 pipes. Under mixed precision (a "model" counter with
-// precision_bits <= 16, from a user's "model" counter or the
-// auto-instrumentation) that means the ops miss the tensor cores (layout,
-// shapes, ops outside autocast). A run recorded without either (a job traced
-// only through saturate.Loader) does not say, so the finding says so and is
-// less confident. fp32 is model_config's own finding.
+// on the slower FP32/FP16 pipes. Under mixed precision (precision_bits <= 16:
+// a user's "model" counter or the auto-instrumentation's record) that means
+// the ops miss the tensor cores (layout, shapes, ops outside autocast). A run
+// with neither (a job traced only through saturate.Loader) does not say, so
+// the finding says so and is less confident. fp32 is ModelConfigRule's.
 std::optional<Finding> TensorCoresIdleRule(const Features& f, const AnalysisOptions&) {
   if (f.gpm_samples < kGpmMinSamples || !f.gpm_util_pct || !f.gpm_sm_active_pct ||
       !f.gpm_tensor_active_pct) {
@@ -1415,16 +1452,16 @@ std::optional<Finding> TensorCoresIdleRule(const Features& f, const AnalysisOpti
   Add(x, "sm_active_pct", sm, "%", "SMs with work assigned (DCGM_FI_PROF_SM_ACTIVE)");
   Add(x, "gpu_util_pct", util, "%", "GPU utilization over the samples with GPM counters");
   if (amp) AddPrecision(f, x);
+  const std::string shapes = ShapeAdvice(f, x);
   x.fix = std::string(amp ? ""
                           : "Whether the run used torch.autocast is not recorded (run it under "
                             "saturate watch or doctor, or add a \"model\" counter with "
                             "precision_bits). ") +
           "Put the matrix math on tensor cores: run the forward pass under "
           "torch.autocast(\"cuda\", dtype=torch.bfloat16) (fp32 matmuls: "
-          "torch.set_float32_matmul_precision(\"high\") for TF32); convert convolution models "
-          "and their inputs to channels_last (model.to(memory_format=torch.channels_last)); "
-          "keep batch, channel and hidden sizes multiples of 8. The time lost assumes a "
-          "conservative 30% of GPU time saved.";
+          "torch.set_float32_matmul_precision(\"high\") for TF32)" +
+          (shapes.empty() ? "" : "; " + shapes) +
+          ". The time lost assumes a conservative 30% of GPU time saved.";
   PredictSaving(f, x, x.time_lost_s, "tensor cores assumed to save 30% of the GPU's busy time",
                 false);
   return x;

@@ -728,6 +728,40 @@ TEST(RulesTest, TensorCoresIdleUnderAutocastSeenByTheAutoInstrumentation) {
   EXPECT_EQ(x->fix.find("not recorded"), std::string::npos) << x->fix;
 }
 
+// With the optimizer's weights recorded, the advice names the layout and the
+// sizes it saw, and leaves out what is already right.
+TEST(RulesTest, TensorCoresIdleAdviceNamesTheWeightsItSaw) {
+  std::mt19937 rng(1);
+  RunBuilder b = WithGpm(rng, 99, 90, 0.5);
+  b.Counter("precision", {{"precision_bits", 16}, {"autocast_bits", 16}, {"param_bits", 32}});
+  b.Counter("model_shapes", {{"conv_weights", 53},
+                             {"conv_nchw_weights", 36},
+                             {"matrix_weights", 3},
+                             {"matrix_unaligned_weights", 1}});
+  Analysis a = Analyze(b.Build());
+  const Finding* x = Find(a.findings, "model_config");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  EXPECT_NE(x->fix.find("channels_last (36 of its 53 convolution weights are NCHW)"),
+            std::string::npos)
+      << x->fix;
+  EXPECT_NE(x->fix.find("(1 of its 3 Linear and Embedding weights"), std::string::npos) << x->fix;
+  std::map<std::string, double> evidence;
+  for (const Evidence& e : x->evidence) evidence[e.key] = e.value;
+  EXPECT_EQ(evidence["conv_nchw_weights"], 36);
+  EXPECT_EQ(evidence["matrix_unaligned_weights"], 1);
+
+  b.Counter("model_shapes", {{"conv_weights", 53},
+                             {"conv_nchw_weights", 0},
+                             {"matrix_weights", 3},
+                             {"matrix_unaligned_weights", 0}});
+  a = Analyze(b.Build());
+  x = Find(a.findings, "model_config");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  EXPECT_EQ(x->fix.find("channels_last"), std::string::npos) << x->fix;
+  EXPECT_EQ(x->fix.find("multiple"), std::string::npos) << x->fix;
+  EXPECT_NE(x->fix.find("torch.autocast"), std::string::npos) << x->fix;
+}
+
 TEST(RulesTest, TensorCoresIdleWithoutPrecisionEvidenceSaysAmpIsUnknown) {
   std::mt19937 rng(1);
   Analysis a = Analyze(WithGpm(rng, 99, 90, 0.5).Build());

@@ -27,6 +27,9 @@ the spans format of docs/trace.md (what each event means: docs/auto.md):
     precision    a counters record at the first update and whenever it changes: the bits the
                  step's math ran in (torch.autocast entered since the last update or still
                  active, else the parameters' dtype), and whether fp32 matmuls may use TF32
+    model_shapes a counters record at the first update: the optimizer's 4-D (convolution)
+                 weights and those laid out NCHW rather than channels_last, and its 2-D
+                 (Linear, Embedding) weights and those with a size not a multiple of 8
     exit         a counters record when the process exits through exit handlers (sys.exit,
                  an uncaught exception: its "Type: message"), with the steps seen
 
@@ -284,6 +287,9 @@ def _update_done(optimizer, t0, t1):
         lead = optimizer
     if lead is optimizer:
         _record_precision(optimizer)
+        if not _shapes_recorded[0]:
+            _shapes_recorded[0] = True
+            _record_shapes(optimizer)
     if _explicit[0]:
         return
     _span("optimizer", "user", t0, t1)
@@ -422,6 +428,7 @@ _DTYPE_BITS = {"torch.float16": 16, "torch.bfloat16": 16, "torch.float32": 32,
                "torch.float64": 64}
 _amp_bits = [0]  # the fewest bits of an enabled autocast entered since the lead's last update
 _precision = [None]  # the values of the last "precision" record
+_shapes_recorded = [False]
 
 
 def _hook_autocast(torch):
@@ -479,6 +486,26 @@ def _record_precision(optimizer):
     if values != _precision[0]:
         _precision[0] = values
         _w.emit(_counters("precision", values))
+
+
+@_safe
+def _record_shapes(optimizer):
+    """Once: what decides whether the math can use tensor cores, besides its
+    precision (doctor's model_config advice names what to change)."""
+    torch = sys.modules["torch"]
+    conv = nchw = matrix = unaligned = 0
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.dim() == 4:
+                conv += 1
+                nchw += p.is_contiguous() and not p.is_contiguous(
+                    memory_format=torch.channels_last)
+            elif p.dim() == 2:
+                matrix += 1
+                unaligned += p.shape[0] % 8 != 0 or p.shape[1] % 8 != 0
+    _w.emit(_counters("model_shapes", {"conv_weights": conv, "conv_nchw_weights": nchw,
+                                       "matrix_weights": matrix,
+                                       "matrix_unaligned_weights": unaligned}))
 
 
 # ---- data ---------------------------------------------------------------------------------
