@@ -260,7 +260,8 @@ struct Features {
   // The optimizer's weights as the auto-instrumentation saw them at the first
   // update ("model_shapes"): 4-D (convolution) ones, those laid out NCHW
   // rather than channels_last, 2-D (Linear, Embedding) ones and those with a
-  // size not a multiple of 8. Absent without that record.
+  // size not a multiple of 8. Absent without that record, or when it saw
+  // neither kind (flattened parameters).
   struct ModelShapes {
     int64_t conv_weights = 0, conv_nchw_weights = 0;
     int64_t matrix_weights = 0, matrix_unaligned_weights = 0;

@@ -1022,9 +1022,10 @@ void ModelFeatures(const Run& run, Features* f) {
       auto v = it->second.find(key);
       return v == it->second.end() ? int64_t{0} : v->second;
     };
-    f->model_shapes =
-        Features::ModelShapes{value("conv_weights"), value("conv_nchw_weights"),
-                              value("matrix_weights"), value("matrix_unaligned_weights")};
+    const Features::ModelShapes m{value("conv_weights"), value("conv_nchw_weights"),
+                                  value("matrix_weights"), value("matrix_unaligned_weights")};
+    // Flattened parameters (FSDP) show neither kind: that says nothing.
+    if (m.conv_weights + m.matrix_weights > 0) f->model_shapes = m;
   }
 }
 

@@ -760,6 +760,13 @@ TEST(RulesTest, TensorCoresIdleAdviceNamesTheWeightsItSaw) {
   EXPECT_EQ(x->fix.find("channels_last"), std::string::npos) << x->fix;
   EXPECT_EQ(x->fix.find("multiple"), std::string::npos) << x->fix;
   EXPECT_NE(x->fix.find("torch.autocast"), std::string::npos) << x->fix;
+
+  // Flattened parameters (FSDP): no weight of either kind seen, the general rule.
+  b.Counter("model_shapes", {{"conv_weights", 0}, {"matrix_weights", 0}});
+  a = Analyze(b.Build());
+  x = Find(a.findings, "model_config");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  EXPECT_NE(x->fix.find("multiples of 8"), std::string::npos) << x->fix;
 }
 
 TEST(RulesTest, TensorCoresIdleWithoutPrecisionEvidenceSaysAmpIsUnknown) {
