@@ -25,7 +25,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import saturate_cmd, torch2_python, torchrun
+from conftest import free_port, saturate_cmd, torch2_python, torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -176,6 +176,43 @@ def test_precision_is_recorded_from_autocast_and_the_parameters(tmp_path, torch_
     shapes = [c["args"] for c in main["counters"] if c["name"] == "model_shapes"]
     assert shapes == [{"conv_weights": 3, "conv_nchw_weights": 3, "matrix_weights": 1,
                        "matrix_unaligned_weights": 1}], shapes
+
+
+def test_watch_serves_the_precision_the_job_trains_in(tmp_path):
+    """`saturate watch --prometheus` around an unmodified loop under torch.autocast:
+    saturate_job_precision_bits is 16 for its rank, from the auto-instrumentation's record."""
+    import time
+    import urllib.request
+
+    port = free_port()
+    watch = subprocess.Popen(
+        [*saturate_cmd(), "watch", "-q", "--no-gpu", "--prometheus", str(port), "--out",
+         str(tmp_path / "run"), "--", sys.executable, script("healthy.py"), "--precision",
+         "autocast", "--steps", "100000", "--batch-size", "8", "--log-every", "100000"],
+        env=clean_env(PYTHONPATH=os.pathsep.join(sys.path)), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True)
+    series = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not series:
+            assert watch.poll() is None, watch.stderr.read()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    page = r.read().decode()
+            except OSError:
+                page = ""
+            series = [line for line in page.splitlines()
+                      if line.startswith("saturate_job_precision_bits{")]
+            time.sleep(0.2)
+    finally:
+        watch.send_signal(signal.SIGINT)
+        try:
+            watch.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            watch.kill()
+            watch.wait()
+    assert len(series) == 1 and 'rank="0"' in series[0], series
+    assert series[0].endswith(" 16"), series
 
 
 def test_inline_loading_records_waits_and_fetches_in_the_training_process(tmp_path):

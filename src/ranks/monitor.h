@@ -63,6 +63,10 @@ struct RankProgress {
   // "decode_mode", "gpu_permille", ...) of the loader that reported last.
   // Empty: no traced loader.
   std::map<std::string, int64_t> loader_counters;
+  // The bits its training math runs in: the latest "model" counter's
+  // precision_bits (the job's own word), else the auto-instrumentation's
+  // "precision" record's (docs/auto.md); 0: neither.
+  int64_t precision_bits = 0;
 };
 
 // One Python frame of a stack dump, innermost first in a stack.

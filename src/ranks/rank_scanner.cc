@@ -176,6 +176,9 @@ void RankScanner::Line(std::string_view line, File* f) {
         f->exited = true;
       } else if (line.find("\"name\":\"loader") != std::string_view::npos) {
         LoaderCounters(line, f);
+      } else if (line.find("\"name\":\"precision\"") != std::string_view::npos ||
+                 line.find("\"name\":\"model\"") != std::string_view::npos) {
+        PrecisionCounters(line, f);
       }
       return;
     default:
@@ -203,6 +206,17 @@ void RankScanner::LoaderCounters(std::string_view line, File* f) {
   for (const auto& [key, value] : args.items()) {
     if (key != id_key && value.is_number_integer()) loader.values[key] = value.get<int64_t>();
   }
+}
+
+// A user's "model" or the auto-instrumentation's "precision" record:
+// {"args": {"precision_bits": N, ...}}. The training thread writes both, in
+// order, so the last one read is the latest.
+void RankScanner::PrecisionCounters(std::string_view line, File* f) {
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("args") || !j["args"].is_object()) return;
+  const int64_t bits = JsonValueOr(j["args"], "precision_bits", int64_t{0});
+  if (bits <= 0) return;
+  (JsonValueOr(j, "name", std::string()) == "model" ? f->model_bits : f->auto_bits) = bits;
 }
 
 void RankScanner::Read(File* f, const std::string& path) {
@@ -285,6 +299,7 @@ std::vector<RankProgress> RankScanner::Scan() {
   std::map<int, std::map<int, Proc>> procs;
   std::map<int, RankProgress> ranks;
   std::map<int, int64_t> latest_loader_ns, latest_decoder_ns;
+  std::map<int, int64_t> model_bits, auto_bits;
   for (const auto& [path, f] : files_) {
     RankProgress& r = ranks[f.rank];
     r.rank = f.rank;
@@ -293,6 +308,8 @@ std::vector<RankProgress> RankScanner::Scan() {
     r.file_bytes += f.size;
     AddLoaderValues(f.loaders, IsLoaderGauge, &latest_loader_ns[f.rank], &r.loader_counters);
     AddLoaderValues(f.decoders, IsDecodeGauge, &latest_decoder_ns[f.rank], &r.loader_counters);
+    if (f.model_bits) model_bits[f.rank] = f.model_bits;
+    if (f.auto_bits) auto_bits[f.rank] = f.auto_bits;
     Proc& p = procs[f.rank][f.pid];
     p.dir = f.dir;
     p.step_marks = std::max(p.step_marks, f.step_marks);
@@ -306,6 +323,7 @@ std::vector<RankProgress> RankScanner::Scan() {
   }
   std::vector<RankProgress> out;
   for (auto& [rank, r] : ranks) {
+    r.precision_bits = model_bits.count(rank) ? model_bits[rank] : auto_bits[rank];
     // The training process: the most step marks; before any, the one that
     // dumps stacks (the rank's main process), else one that named its rank.
     int best_pid = 0;

@@ -71,10 +71,13 @@ class RankScanner {
     std::map<int64_t, Loader> loaders;
     // decoder_id -> the latest "loader_decode" record of a device loader.
     std::map<int64_t, Loader> decoders;
+    // precision_bits of the last "model" and "precision" records (0: none).
+    int64_t model_bits = 0, auto_bits = 0;
   };
   void Read(File* file, const std::string& path);
   void Line(std::string_view line, File* file);
   static void LoaderCounters(std::string_view line, File* file);
+  static void PrecisionCounters(std::string_view line, File* file);
 
   std::string run_dir_;
   uint64_t max_read_bytes_;

@@ -162,6 +162,35 @@ TEST(RankScannerTest, KeepsTheLatestLoaderCountersSummedOverLoaders) {
   EXPECT_EQ(ranks[0].loader_counters.at("threads"), 3);
 }
 
+std::string Precision(int pid, const std::string& name, int bits) {
+  return "{\"ph\":\"C\",\"name\":\"" + name + "\",\"ts_ns\":1000,\"pid\":" + std::to_string(pid) +
+         ",\"tid\":1,\"args\":{\"precision_bits\":" + std::to_string(bits) + "}}\n";
+}
+
+// What a rank's math runs in: the auto-instrumentation's latest "precision"
+// record, unless the job's own "model" counter says, in any of its files.
+TEST(RankScannerTest, PrecisionFromTheAutoRecordUnlessAModelCounterSays) {
+  testing::TempDir dir;
+  Append(dir.Join("rank-0/spans-100-auto.jsonl"),
+         Meta(100, 0, "a", false) + Precision(100, "precision", 32));
+  Append(dir.Join("rank-1/spans-200-auto.jsonl"),
+         Meta(200, 1, "a", false) + Precision(200, "precision", 32));
+  Append(dir.Join("rank-2/spans-300.jsonl"), Meta(300, 2, "a", false));
+  RankScanner scanner(dir.path());
+  std::vector<RankProgress> ranks = scanner.Scan();
+  ASSERT_EQ(ranks.size(), 3u);
+  EXPECT_EQ(ranks[0].precision_bits, 32);
+  EXPECT_EQ(ranks[2].precision_bits, 0);  // nothing recorded
+  // Rank 0 turns autocast on; rank 1's job says bf16 in its own file.
+  Append(dir.Join("rank-0/spans-100-auto.jsonl"), Precision(100, "precision", 16));
+  Append(dir.Join("rank-1/spans-200.jsonl"),
+         Meta(200, 1, "a", false) + Precision(200, "model", 16));
+  Append(dir.Join("rank-1/spans-200-auto.jsonl"), Precision(200, "precision", 32));
+  ranks = scanner.Scan();
+  EXPECT_EQ(ranks[0].precision_bits, 16);
+  EXPECT_EQ(ranks[1].precision_bits, 16);
+}
+
 std::string DecodeRecord(int pid, int64_t ts_ns, int decoder_id, const std::string& args) {
   return "{\"ph\":\"C\",\"name\":\"loader_decode\",\"ts_ns\":" + std::to_string(ts_ns) +
          ",\"pid\":" + std::to_string(pid) +

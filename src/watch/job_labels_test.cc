@@ -132,6 +132,16 @@ TEST(JobLabelsTest, LoaderSeriesPerRankInTheirUnits) {
   EXPECT_EQ(LoaderPrometheus({}, {}), "");
 }
 
+TEST(JobLabelsTest, PrecisionSeriesPerRank) {
+  const std::string page = JobPrecisionPrometheus({{"Hostname", "n"}}, {{0, 16}, {3, 32}});
+  EXPECT_NE(page.find("# TYPE saturate_job_precision_bits gauge\n"
+                      "saturate_job_precision_bits{Hostname=\"n\",rank=\"0\"} 16\n"
+                      "saturate_job_precision_bits{Hostname=\"n\",rank=\"3\"} 32\n"),
+            std::string::npos)
+      << page;
+  EXPECT_EQ(JobPrecisionPrometheus({{"Hostname", "n"}}, {}), "");
+}
+
 // A device loader's decode split: images by where, the GPU's share, the mode
 // as a state set; the rates only once measured.
 TEST(JobLabelsTest, LoaderDecodeSplitSeries) {

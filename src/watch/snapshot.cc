@@ -380,6 +380,19 @@ std::string JobProgressPrometheus(const Labels& host_labels, int64_t steps, bool
   return page.text();
 }
 
+std::string JobPrecisionPrometheus(const Labels& host_labels,
+                                   const std::map<int, int64_t>& bits_by_rank) {
+  if (bits_by_rank.empty()) return "";
+  PrometheusText page;
+  page.Family("saturate_job_precision_bits", "gauge",
+              "Bits the rank's training math runs in: 16 under torch.autocast (fp16/bf16) or "
+              "with 16-bit weights, 32 in fp32.");
+  for (const auto& [rank, bits] : bits_by_rank) {
+    page.Sample(MergeLabels(host_labels, {{"rank", std::to_string(rank)}}), double(bits));
+  }
+  return page.text();
+}
+
 std::string LoaderPrometheus(const Labels& host_labels,
                              const std::map<int, std::map<std::string, int64_t>>& by_rank) {
   struct Metric {

@@ -54,6 +54,12 @@ std::string SnapshotPrometheus(const Snapshot& s, const std::vector<GpuDeviceInf
 // the host series.
 std::string JobProgressPrometheus(const Labels& host_labels, int64_t steps, bool stalled);
 
+// saturate_job_precision_bits: the bits each rank's training math runs in
+// (rank -> bits, from its spans files' "model" or "precision" records;
+// docs/auto.md), labelled as the host series plus "rank". Empty: none known.
+std::string JobPrecisionPrometheus(const Labels& host_labels,
+                                   const std::map<int, int64_t>& bits_by_rank);
+
 // saturate_loader_* and saturate_remote_*: each rank's traced saturate
 // loaders, from the latest "loader" / "loader_remote" counters records of its
 // spans files, and the JPEG decode split of those that feed a GPU from their

@@ -152,13 +152,14 @@ void AddCommonWatchFlags(CLI::App* cmd, WatchFlags* f) {
       ->capture_default_str();
 }
 
-// The loaders' series of the metrics page (saturate_loader_*, saturate_remote_*):
-// the job's spans files followed once a second on the watch loop's thread,
-// the page fragment handed to the endpoint's thread.
-class LoaderMetrics {
+// The series of the metrics page read from the job's spans files
+// (saturate_loader_*, saturate_remote_*, saturate_job_precision_bits): the
+// files followed once a second on the watch loop's thread, the page fragment
+// handed to the endpoint's thread.
+class SpansMetrics {
  public:
   // `run_dir` "": none (no page, no scans).
-  LoaderMetrics(const std::string& run_dir, watch::Labels host_labels)
+  SpansMetrics(const std::string& run_dir, watch::Labels host_labels)
       : host_labels_(std::move(host_labels)) {
     if (!run_dir.empty()) {
       scanner_.emplace(run_dir, /*max_read_bytes=*/16 << 20, /*root_as_rank0=*/true);
@@ -169,10 +170,13 @@ class LoaderMetrics {
     if (!scanner_ || now < next_scan_) return;
     next_scan_ = now + std::chrono::seconds(1);
     std::map<int, std::map<std::string, int64_t>> by_rank;
+    std::map<int, int64_t> bits_by_rank;
     for (ranks::RankProgress& r : scanner_->Scan()) {
       if (!r.loader_counters.empty()) by_rank[r.rank] = std::move(r.loader_counters);
+      if (r.precision_bits > 0) bits_by_rank[r.rank] = r.precision_bits;
     }
-    std::string page = watch::LoaderPrometheus(host_labels_, by_rank);
+    std::string page = watch::LoaderPrometheus(host_labels_, by_rank) +
+                       watch::JobPrecisionPrometheus(host_labels_, bits_by_rank);
     std::lock_guard<std::mutex> lock(mu_);
     page_ = std::move(page);
   }
@@ -204,17 +208,17 @@ Status RunWatched(const std::string& name, WatchFlags f, int* exit_code, std::st
   std::atomic<int64_t> steps{0};
   std::atomic<bool> stalled{false};
   std::unique_ptr<watch::MetricsServer> server;
-  LoaderMetrics loaders(f.prometheus.empty() ? "" : options.run_dir, watcher.HostLabels());
+  SpansMetrics from_spans(f.prometheus.empty() ? "" : options.run_dir, watcher.HostLabels());
   if (!f.prometheus.empty()) {
     SATURATE_ASSIGN_OR_RETURN(watch::ListenAddress address,
                               watch::ParseListenAddress(f.prometheus));
     SATURATE_ASSIGN_OR_RETURN(
-        server, watch::MetricsServer::Start(address, [&watcher, &steps, &stalled, &loaders] {
+        server, watch::MetricsServer::Start(address, [&watcher, &steps, &stalled, &from_spans] {
           std::string page = watcher.PrometheusText();
           if (const int64_t n = steps.load(); n > 0) {
             page += watch::JobProgressPrometheus(watcher.HostLabels(), n, stalled.load());
           }
-          return page + loaders.page();
+          return page + from_spans.page();
         }));
   }
   if (!f.quiet) {
@@ -245,7 +249,7 @@ Status RunWatched(const std::string& name, WatchFlags f, int* exit_code, std::st
       steps = hang->steps();
       stalled = hang->stalled();
     }
-    loaders.Poll(now);
+    from_spans.Poll(now);
     if (now >= next_draw) {
       view.Draw(watcher);
       next_draw += std::chrono::nanoseconds(refresh_ns);
