@@ -101,6 +101,32 @@ def test_gpm_tensor_cores_idle_while_the_sms_compute(tmp_path):
     assert "channels_last" in x["fix"] and "not recorded" in x["fix"]
 
 
+def test_tensor_cores_idle_under_autocast_names_the_weights_to_change(tmp_path):
+    """The whole chain on an unmodified script: the auto-instrumentation sees
+    torch.autocast (bf16, on the CPU here) and the model's weights, the fake GPU's
+    GPM counters show idle tensor cores, and doctor's finding says the 16-bit model
+    misses them and which weights to change (tests/auto/healthy.py: three NCHW
+    convolutions and a Linear(64, 10))."""
+    run = tmp_path / "run"
+    env = dict(os.environ, FAKE_NVML_UTIL="100", FAKE_NVML_GPM="2=92,5=0.5",
+               PYTHONPATH=os.pathsep.join(sys.path))
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "tests", "auto", "healthy.py")
+    doctor = subprocess.run(
+        saturate_cmd() + ["doctor", "--nvml-library", fake_nvml(), "--interval", "100ms",
+                          "--out", str(run), "--", sys.executable, script, "--precision",
+                          "autocast", "--steps", "80", "--log-every", "1000"],
+        env=env, capture_output=True, text=True, timeout=180)
+    assert doctor.returncode == 0, doctor.stderr
+    findings = json.loads((run / "findings.json").read_text())
+    assert findings["features"]["precision_bits"] == 16, findings["features"]
+    x = {f["cause"]: f for f in findings["findings"]}["model_config"]
+    assert "although the model runs in 16-bit" in x["title"], x["title"]
+    assert "not recorded" not in x["fix"] and "left in fp32" in x["fix"], x["fix"]
+    assert "(3 of its 3 convolution weights are NCHW)" in x["fix"], x["fix"]
+    assert "(1 of its 1 Linear and Embedding weights" in x["fix"], x["fix"]
+
+
 def test_without_gpm_nothing_is_guessed(tmp_path):
     samples, findings, log = _watch_fake_gpus(tmp_path, gpm="off")
     assert not any("gpm" in g for s in samples for g in s["gpus"])

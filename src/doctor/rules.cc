@@ -1453,13 +1453,17 @@ std::optional<Finding> TensorCoresIdleRule(const Features& f, const AnalysisOpti
   Add(x, "gpu_util_pct", util, "%", "GPU utilization over the samples with GPM counters");
   if (amp) AddPrecision(f, x);
   const std::string shapes = ShapeAdvice(f, x);
-  x.fix = std::string(amp ? ""
+  // A 16-bit model already asked for tensor cores: what misses them is math
+  // left in fp32, layout or sizes.
+  x.fix = std::string(amp ? "Find the matrix math that misses the tensor cores: matmuls or "
+                            "convolutions left in fp32 (outside the torch.autocast region, or "
+                            "after a .float())"
                           : "Whether the run used torch.autocast is not recorded (run it under "
                             "saturate watch or doctor, or add a \"model\" counter with "
-                            "precision_bits). ") +
-          "Put the matrix math on tensor cores: run the forward pass under "
-          "torch.autocast(\"cuda\", dtype=torch.bfloat16) (fp32 matmuls: "
-          "torch.set_float32_matmul_precision(\"high\") for TF32)" +
+                            "precision_bits). Put the matrix math on tensor cores: run the "
+                            "forward pass under torch.autocast(\"cuda\", dtype=torch.bfloat16) "
+                            "(fp32 matmuls: torch.set_float32_matmul_precision(\"high\") for "
+                            "TF32)") +
           (shapes.empty() ? "" : "; " + shapes) +
           ". The time lost assumes a conservative 30% of GPU time saved.";
   PredictSaving(f, x, x.time_lost_s, "tensor cores assumed to save 30% of the GPU's busy time",

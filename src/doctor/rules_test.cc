@@ -710,8 +710,10 @@ TEST(RulesTest, TensorCoresIdleUnderMixedPrecision) {
             std::string::npos)
       << x->title;
   EXPECT_NEAR(x->confidence, 0.6, 1e-9);
+  // Already 16-bit: not "use autocast", but what is left in fp32, then layout and sizes.
+  EXPECT_NE(x->fix.find("left in fp32"), std::string::npos) << x->fix;
+  EXPECT_EQ(x->fix.find("bfloat16"), std::string::npos) << x->fix;
   EXPECT_NE(x->fix.find("channels_last"), std::string::npos);
-  EXPECT_NE(x->fix.find("bfloat16"), std::string::npos);
   EXPECT_NE(x->fix.find("multiples of 8"), std::string::npos);
   EXPECT_EQ(Find(a.findings, "launch_bound"), nullptr);
 }
@@ -759,7 +761,8 @@ TEST(RulesTest, TensorCoresIdleAdviceNamesTheWeightsItSaw) {
   ASSERT_NE(x, nullptr) << Describe(a.findings);
   EXPECT_EQ(x->fix.find("channels_last"), std::string::npos) << x->fix;
   EXPECT_EQ(x->fix.find("multiple"), std::string::npos) << x->fix;
-  EXPECT_NE(x->fix.find("torch.autocast"), std::string::npos) << x->fix;
+  EXPECT_NE(x->fix.find("left in fp32 (outside the torch.autocast region"), std::string::npos)
+      << x->fix;
 
   // Flattened parameters (FSDP): no weight of either kind seen, the general rule.
   b.Counter("model_shapes", {{"conv_weights", 0}, {"matrix_weights", 0}});

@@ -323,7 +323,7 @@ std::vector<RankProgress> RankScanner::Scan() {
   }
   std::vector<RankProgress> out;
   for (auto& [rank, r] : ranks) {
-    r.precision_bits = model_bits.count(rank) ? model_bits[rank] : auto_bits[rank];
+    r.precision_bits = model_bits.count(rank) ? model_bits[rank] : auto_bits[rank];  // 0: none
     // The training process: the most step marks; before any, the one that
     // dumps stacks (the rank's main process), else one that named its rank.
     int best_pid = 0;

@@ -960,9 +960,10 @@ def _on_torch(torch):
     _info["torch"] = str(getattr(torch, "__version__", "?"))
     _internal_prefixes.append(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
     for name, fn in (("optimizer", _hook_optimizer), ("grad_scaler", _hook_grad_scaler),
-                     ("backward", _hook_backward), ("autocast", _hook_autocast), ("dataloader", _hook_dataloader),
-                     ("fetch", _hook_fetch), ("host_sync", _hook_syncs),
-                     ("copy", _hook_copies), ("save", _hook_save), ("ddp", _hook_ddp)):
+                     ("backward", _hook_backward), ("autocast", _hook_autocast),
+                     ("dataloader", _hook_dataloader), ("fetch", _hook_fetch),
+                     ("host_sync", _hook_syncs), ("copy", _hook_copies), ("save", _hook_save),
+                     ("ddp", _hook_ddp)):
         _try_hook(name, fn, torch)
     _post_import.watch("torch.distributed",
                        lambda dist: _try_hook("collectives", _hook_distributed, dist))
