@@ -427,56 +427,68 @@ def _hook_backward(torch):
 _DTYPE_BITS = {"torch.float16": 16, "torch.bfloat16": 16, "torch.float32": 32,
                "torch.float64": 64}
 _amp_bits = [0]  # the fewest bits of an enabled autocast entered since the lead's last update
+_autocast_regions = threading.local()  # .bits: this thread's open regions' bits, innermost last
 _precision = [None]  # the values of the last "precision" record
 _shapes_recorded = [False]
 
 
 def _hook_autocast(torch):
-    """torch.autocast's __enter__ (torch.cuda.amp.autocast and the decorator
-    form go through it): notes the dtype of every enabled region."""
+    """torch.autocast's __enter__ and __exit__ (torch.cuda.amp.autocast and the
+    decorator form go through them): notes the dtype of every enabled region,
+    and which regions are open on each thread (asking torch each step would
+    cost more)."""
     cls = torch.autocast
-    enter = cls.__enter__
+    enter, exit_ = cls.__enter__, cls.__exit__
 
     @functools.wraps(enter)
-    def wrapper(self, *args, **kwargs):
+    def enter_wrapper(self, *args, **kwargs):
         out = enter(self, *args, **kwargs)
         _autocast_entered(self)
         return out
 
-    cls.__enter__ = wrapper
+    @functools.wraps(exit_)
+    def exit_wrapper(self, *args, **kwargs):
+        try:
+            return exit_(self, *args, **kwargs)
+        finally:
+            _autocast_exited()
+
+    cls.__enter__, cls.__exit__ = enter_wrapper, exit_wrapper
     return "torch.autocast"
+
+
+def _open_regions():
+    regions = getattr(_autocast_regions, "bits", None)
+    if regions is None:
+        regions = _autocast_regions.bits = []
+    return regions
 
 
 @_safe
 def _autocast_entered(ctx):
-    bits = _DTYPE_BITS.get(str(getattr(ctx, "fast_dtype", None)), 0)
-    if getattr(ctx, "_enabled", False) and bits and (not _amp_bits[0] or bits < _amp_bits[0]):
+    bits = (_DTYPE_BITS.get(str(getattr(ctx, "fast_dtype", None)), 0)
+            if getattr(ctx, "_enabled", False) else 0)
+    _open_regions().append(bits)  # 0: autocast(enabled=False) turns it off inside
+    if bits and (not _amp_bits[0] or bits < _amp_bits[0]):
         _amp_bits[0] = bits
 
 
-def _autocast_now(torch):
-    """The fewest bits of an autocast region active on this thread (a loop
-    that runs wholly inside one), else 0."""
-    bits = 0
-    for device in ("cuda", "cpu"):
-        if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4
-            on, dtype = torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
-        elif device == "cuda":
-            on, dtype = torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
-        else:
-            on, dtype = torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
-        b = _DTYPE_BITS.get(str(dtype), 0) if on else 0
-        if b and (not bits or b < bits):
-            bits = b
-    return bits
+@_safe
+def _autocast_exited():
+    regions = _open_regions()
+    if regions:  # not when the region opened before the hook
+        regions.pop()
 
 
 @_safe
 def _record_precision(optimizer):
-    """At each update of the lead optimizer: the bits its step's math ran in.
-    Written when it changes, so the last record describes the run's end."""
+    """At each update of the lead optimizer: the bits its step's math ran in
+    (an autocast region entered since the last update, or one still open: a
+    loop wholly inside it). Written when it changes, so the last record
+    describes the run's end."""
     torch = sys.modules["torch"]
-    amp, _amp_bits[0] = _amp_bits[0] or _autocast_now(torch), 0
+    regions = _open_regions()
+    amp, _amp_bits[0] = _amp_bits[0] or (regions[-1] if regions else 0), 0
     params = optimizer.param_groups[0]["params"] if optimizer.param_groups else []
     param_bits = _DTYPE_BITS.get(str(params[0].dtype), 0) if params else 0
     getter = getattr(torch, "get_float32_matmul_precision", None)
