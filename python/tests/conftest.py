@@ -223,6 +223,35 @@ def free_port():
         return s.getsockname()[1]
 
 
+def scrape_watch_until(proc, port, done, timeout=60):
+    """The /metrics page of the `saturate watch --prometheus PORT` running as PROC
+    once done(page) holds (else the last one read at TIMEOUT s); stops PROC with
+    SIGINT either way."""
+    import urllib.request
+
+    page = ""
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"saturate watch exited: {proc.stderr.read()}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    page = r.read().decode()
+            except OSError:
+                page = ""
+            if done(page):
+                break
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return page
+
+
 def fake_nvml():
     """The test-only fake libnvidia-ml (src/watch/testing/fake_nvml.cc) for exporters on a
     machine without a GPU: $SATURATE_FAKE_NVML (scripts/test.sh sets it; a missing one

@@ -25,7 +25,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import free_port, saturate_cmd, torch2_python, torchrun
+from conftest import free_port, saturate_cmd, scrape_watch_until, torch2_python, torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -181,9 +181,6 @@ def test_precision_is_recorded_from_autocast_and_the_parameters(tmp_path, torch_
 def test_watch_serves_the_precision_the_job_trains_in(tmp_path):
     """`saturate watch --prometheus` around an unmodified loop under torch.autocast:
     saturate_job_precision_bits is 16 for its rank, from the auto-instrumentation's record."""
-    import time
-    import urllib.request
-
     port = free_port()
     watch = subprocess.Popen(
         [*saturate_cmd(), "watch", "-q", "--no-gpu", "--prometheus", str(port), "--out",
@@ -191,26 +188,8 @@ def test_watch_serves_the_precision_the_job_trains_in(tmp_path):
          "autocast", "--steps", "100000", "--batch-size", "8", "--log-every", "100000"],
         env=clean_env(PYTHONPATH=os.pathsep.join(sys.path)), stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True)
-    series = []
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not series:
-            assert watch.poll() is None, watch.stderr.read()
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                    page = r.read().decode()
-            except OSError:
-                page = ""
-            series = [line for line in page.splitlines()
-                      if line.startswith("saturate_job_precision_bits{")]
-            time.sleep(0.2)
-    finally:
-        watch.send_signal(signal.SIGINT)
-        try:
-            watch.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            watch.kill()
-            watch.wait()
+    page = scrape_watch_until(watch, port, lambda page: "saturate_job_precision_bits{" in page)
+    series = [line for line in page.splitlines() if line.startswith("saturate_job_precision_bits{")]
     assert len(series) == 1 and 'rank="0"' in series[0], series
     assert series[0].endswith(" 16"), series
 

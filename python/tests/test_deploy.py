@@ -17,14 +17,11 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import time
-import urllib.request
 
 import pytest
 
-from conftest import REPO, fake_nvml, free_port, saturate_cmd
+from conftest import REPO, fake_nvml, free_port, saturate_cmd, scrape_watch_until
 
 RULES = os.path.join(REPO, "deploy", "prometheus", "saturate-rules.yml")
 RULES_TEST = os.path.join(REPO, "deploy", "prometheus", "saturate-rules.test.yml")
@@ -293,26 +290,8 @@ def scrape_watch(env):
                             "--prometheus", str(port), "-q", "--", "sleep", "30"]
     proc = subprocess.Popen(cmd, env=dict(os.environ, **env), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
-    page = ""
-    try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, f"saturate watch exited: {proc.stderr.read()}"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                    page = r.read().decode()
-            except OSError:
-                page = ""
-            if "DCGM_FI_DEV_GPU_UTIL{" in page and "saturate_process_tree_processes{" in page:
-                break
-            time.sleep(0.2)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    page = scrape_watch_until(proc, port, lambda page: "DCGM_FI_DEV_GPU_UTIL{" in page and
+                              "saturate_process_tree_processes{" in page, timeout=20)
     assert "DCGM_FI_DEV_GPU_UTIL{" in page, page[:2000]
     assert "saturate_process_tree_processes{" in page, page[:2000]
     return page
