@@ -141,6 +141,33 @@ std::string DecodeWords(const Features& f) {
   return out;
 }
 
+// "16-bit; convolution weights: 3 of 3 NCHW; Linear/Embedding weights: 1 of 1
+// with a size not a multiple of 8" (what tensor-core advice rests on); "" when
+// not recorded.
+std::string PrecisionWords(const Features& f) {
+  if (!f.precision_bits) return "";
+  std::string out = std::to_string(*f.precision_bits) + "-bit";
+  if (f.precision_source == "model") {
+    out += " (the job's \"model\" counter)";
+  } else if (f.tf32_matmul && *f.precision_bits >= 32) {
+    out += " (TF32 matmuls allowed)";
+  }
+  if (f.model_shapes) {
+    const Features::ModelShapes& m = *f.model_shapes;
+    auto of = [](int64_t part, int64_t whole) {
+      return std::to_string(part) + " of " + std::to_string(whole);
+    };
+    if (m.conv_weights > 0) {
+      out += "; convolution weights: " + of(m.conv_nchw_weights, m.conv_weights) + " NCHW";
+    }
+    if (m.matrix_weights > 0) {
+      out += "; Linear/Embedding weights: " + of(m.matrix_unaligned_weights, m.matrix_weights) +
+             " with a size not a multiple of 8";
+    }
+  }
+  return out;
+}
+
 // ---- ranks of a job ------------------------------------------------------------
 
 // "data_wait" -> "data wait".
@@ -333,6 +360,10 @@ std::string RenderSummary(const Run& run, const Analysis& analysis, bool color, 
     }
   }
   if (!DecodeWords(f).empty()) out += Wrap(DecodeWords(f), 0, 2) + "\n";
+  // Where tensor cores are at stake: on a GPU.
+  if (f.gpu_count > 0 && !PrecisionWords(f).empty()) {
+    out += Wrap("math: " + PrecisionWords(f), 0, 2) + "\n";
+  }
   if (f.steps == 0) {
     out += "no step data: no optimizer step or saturate.step() mark was recorded\n";
   }
@@ -1051,6 +1082,7 @@ std::string MeasurementsTable(const Features& f) {
       f.loader_cpu_ns_per_sample ? std::optional<double>(*f.loader_cpu_ns_per_sample / 1e9)
                                  : std::nullopt,
       "s");
+  if (!PrecisionWords(f).empty()) rows.push_back({"training math", PrecisionWords(f)});
   if (!f.decode_mode.empty()) {
     rows.push_back({"JPEG decode (decode=)", DecodeModeWords(f)});
     if (f.decode_gpu_decoder) {

@@ -183,6 +183,30 @@ TEST(ReportHtml, ListsTheMeasurements) {
   EXPECT_EQ(m.find("communication"), std::string::npos);  // not measured: not listed
 }
 
+// The precision and weights the auto-instrumentation saw: a line under the
+// headline numbers on a GPU run, and a row of the measurements.
+TEST(ReportHtml, ShowsTheTrainingMathAndWeights) {
+  Analysis analysis = SyntheticAnalysis();
+  analysis.features.precision_bits = 32;
+  analysis.features.precision_source = "precision";
+  analysis.features.tf32_matmul = true;
+  analysis.features.model_shapes = Features::ModelShapes{53, 36, 3, 1};
+  const std::string words =
+      "32-bit (TF32 matmuls allowed); convolution weights: 36 of 53 NCHW; Linear/Embedding "
+      "weights: 1 of 3 with a size not a multiple of 8";
+  const std::string html = RenderHtml(SyntheticRun(), analysis);
+  EXPECT_NE(html.find("<td>training math</td><td class=\"num\">" + words + "</td>"),
+            std::string::npos);
+  std::istringstream wrapped(RenderSummary(SyntheticRun(), analysis));
+  std::string summary;
+  for (std::string word; wrapped >> word;) summary += word + " ";  // unwrapped
+  EXPECT_NE(summary.find("math: 32-bit (TF32 matmuls allowed); convolution weights: 36 of 53"),
+            std::string::npos)
+      << summary;
+  analysis.features.gpu_count = 0;  // a CPU run: not in the summary
+  EXPECT_EQ(RenderSummary(SyntheticRun(), analysis).find("math:"), std::string::npos);
+}
+
 TEST(ReportHtml, OneLinePerGpuWhenThereAreSeveral) {
   doctor::Run run = SyntheticRun();
   run.meta.gpu_count = 2;
