@@ -1304,7 +1304,6 @@ std::optional<Finding> IdleAllocationRule(const Features& f, const AnalysisOptio
   return x;
 }
 
-// Only with evidence: a user "model" counter saying the math runs in fp32.
 // The precision_bits evidence line, naming where the value came from.
 void AddPrecision(const Features& f, Finding& x) {
   Add(x, "precision_bits", double(*f.precision_bits), "bits",
@@ -1350,6 +1349,8 @@ std::string ShapeAdvice(const Features& f, Finding& x) {
   return advice;
 }
 
+// Only with evidence: precision_bits >= 32 on a GPU run, from a user's "model"
+// counter or the auto-instrumentation's record.
 std::optional<Finding> ModelConfigRule(const Features& f, const AnalysisOptions&) {
   if (f.gpu_count == 0 || !f.precision_bits || *f.precision_bits < 32) return std::nullopt;
   const double busy = UsedGpuBusyPct(f).value_or(0);
