@@ -323,7 +323,8 @@ std::vector<RankProgress> RankScanner::Scan() {
   }
   std::vector<RankProgress> out;
   for (auto& [rank, r] : ranks) {
-    r.precision_bits = model_bits.count(rank) ? model_bits[rank] : auto_bits[rank];  // 0: none
+    const auto model = model_bits.find(rank);  // the job's own word first; 0: neither
+    r.precision_bits = model != model_bits.end() ? model->second : auto_bits[rank];
     // The training process: the most step marks; before any, the one that
     // dumps stacks (the rank's main process), else one that named its rank.
     int best_pid = 0;
