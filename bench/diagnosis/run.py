@@ -514,7 +514,7 @@ def main(argv=None):
                    "median of their ratios)")
     p.add_argument("--extra-pairs", type=int, default=1,
                    help="with --repeat >= 2: up to this many more pairs while the pairs' ratios "
-                   "spread by more than %d%% (default 1)" % (100 * PAIR_SPREAD))
+                   "spread by more than %d%%%% (default 1)" % (100 * PAIR_SPREAD))  # argparse formats it again
     p.add_argument("--json", default=None,
                    help="write the rows and the summary here (after each scenario)")
     p.add_argument("--gpu", action="store_true",

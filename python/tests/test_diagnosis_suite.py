@@ -65,6 +65,16 @@ def test_top_finding_names_the_planted_cause(tmp_path, photos, name):
         assert row["max_pct"] <= suite.HEALTHY_MAX_PCT, detail
 
 
+def test_help_prints_every_option():
+    # argparse %-formats help strings: a bare "%" in one broke --help.
+    import subprocess
+
+    r = subprocess.run([sys.executable, SUITE, "--help"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "--extra-pairs" in r.stdout and "15% (default 1)" in r.stdout, r.stdout
+
+
 def test_the_table_and_goal_metrics():
     rows = [
         {"scenario": "a", "planted": "x", "expect": ["input_pipeline"], "top": "input_pipeline",
