@@ -151,6 +151,7 @@ nb::dict StatsDict(const feed::LoaderStats& s) {
   d["gpu_decoded"] = s.gpu_decoded;
   d["gpu_decode_ns"] = s.gpu_decode_ns;
   d["gpu_decode_fallbacks"] = s.gpu_decode_fallbacks;
+  d["gpu_decode_cut"] = s.gpu_decode_cut;
   d["gpu_decode_fraction"] = s.gpu_decode_fraction;
   d["cpu_decode_images_per_s_per_thread"] = s.cpu_decode_images_per_s_per_thread;
   d["gpu_decode_images_per_s"] = s.gpu_decode_images_per_s;

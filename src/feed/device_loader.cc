@@ -162,8 +162,9 @@ Result<DecodeMode> ParseDecode(const std::string& decode) {
 struct TakenImage {
   bool present = false;
   uint64_t record = 0;
-  image::CropRect crop;
+  image::CropRect crop;  // in `bytes`' pixels
   bool hflip = false;
+  bool cut = false;              // `bytes` is cut around the crop
   std::vector<std::byte> bytes;  // reused from batch to batch
 };
 
@@ -194,6 +195,7 @@ class GpuDeferral : public ImageDeferral {
     t.record = image.record;
     t.crop = image.crop;
     t.hflip = image.hflip;
+    t.cut = image.cut;
     t.present = true;
   }
 
@@ -347,6 +349,7 @@ class DeviceLoader::Impl {
     s.gpu_decoded = gpu_decoded_;
     s.gpu_decode_ns = gpu_decode_ns_;
     s.gpu_decode_fallbacks = gpu_fallbacks_;
+    s.gpu_decode_cut = gpu_cut_;
     s.skipped += gpu_skipped_;
     s.gpu_decode_fraction = deferral_ != nullptr ? deferral_->fraction() : 0.0;
     s.cpu_decode_images_per_s_per_thread = split_.cpu_images_per_s_per_thread();
@@ -565,6 +568,7 @@ class DeviceLoader::Impl {
     jobs_.clear();
     job_rows_.clear();
     job_records_.clear();
+    uint64_t cut = 0;
     for (uint64_t slot = 0; slot < taken->size(); ++slot) {
       TakenImage& img = (*taken)[slot];
       if (!img.present) continue;
@@ -584,6 +588,7 @@ class DeviceLoader::Impl {
       jobs_.push_back(job);
       job_rows_.push_back(row);
       job_records_.push_back(img.record);
+      cut += img.cut;
     }
     if (jobs_.empty()) return Status::OK();
     const auto t0 = std::chrono::steady_clock::now();
@@ -615,6 +620,7 @@ class DeviceLoader::Impl {
     gpu_decoded_ += jobs_.size() - fallbacks;
     gpu_fallbacks_ += fallbacks - skipped;
     gpu_skipped_ += skipped;
+    gpu_cut_ += cut;
     gpu_decode_ns_ += ns;
     return Status::OK();
   }
@@ -679,6 +685,7 @@ class DeviceLoader::Impl {
          {"gpu_decoded", i(gpu_decoded_)},
          {"gpu_decode_ns", i(gpu_decode_ns_)},
          {"gpu_decode_fallbacks", i(gpu_fallbacks_)},
+         {"gpu_decode_cut", i(gpu_cut_)},
          {"gpu_permille", static_cast<int64_t>(std::lround(fraction * 1000))},
          {"cpu_per_s_per_thread", static_cast<int64_t>(split_.cpu_images_per_s_per_thread())},
          {"gpu_per_s", static_cast<int64_t>(split_.gpu_images_per_s())}});
@@ -745,7 +752,7 @@ class DeviceLoader::Impl {
   mutable std::mutex decode_mu_;      // guards the counters and split_ below
   std::string decode_backend_;
   DecodeSplit split_;
-  uint64_t gpu_decoded_ = 0, gpu_decode_ns_ = 0, gpu_fallbacks_ = 0, gpu_skipped_ = 0;
+  uint64_t gpu_decoded_ = 0, gpu_decode_ns_ = 0, gpu_fallbacks_ = 0, gpu_skipped_ = 0, gpu_cut_ = 0;
   std::string dataset_;  // for errors naming a record
   bool skip_bad_ = false;
   uint64_t split_samples_ = 0, split_decode_ns_ = 0, split_gpu_images_ = 0, split_gpu_ns_ = 0;

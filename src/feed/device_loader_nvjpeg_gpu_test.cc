@@ -209,6 +209,22 @@ TEST_F(NvJpegLoaderGpuTest, GpuDecodeGivesTheCpuPathsSamplesAndBoundedPixels) {
   EXPECT_DOUBLE_EQ(stats.gpu_decode_fraction, 1.0);
 }
 
+// Packed JPEGs (a restart marker after every MCU) reach nvJPEG cut to the
+// MCUs around their crop (image::CutJpegAroundCrop): the same bounds must
+// hold, so the hardware engine and the other backends decode the cut
+// streams (renumbered markers, a smaller frame) as they decode whole files.
+TEST_F(NvJpegLoaderGpuTest, PackedJpegsAreSentCutAndGiveTheSamePixels) {
+  saturate::testing::TempDir packed;
+  SATURATE_ASSERT_OK(saturate::testing::WritePhotoDataset(packed.path(), 45, true));
+  options_.dataset = packed.path();
+  LoaderStats stats;
+  CompareWithCpu("gpu", &stats);
+  std::cout << "packed: " << stats.gpu_decode_cut << " of " << stats.gpu_decoded
+            << " sent cut to their crop\n";
+  EXPECT_GE(stats.gpu_decode_cut, 30u);  // of 90: the crops (nearly) as large as the image are not
+  EXPECT_EQ(stats.gpu_decode_fallbacks, 0u);
+}
+
 TEST_F(NvJpegLoaderGpuTest, GpuDecodeFeedsTheConversionKernels) {
   options_.fields[0].image.dtype = DType::kFloat32;
   options_.fields[0].image.layout = Layout::kCHW;

@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <future>
@@ -351,6 +354,53 @@ TEST_F(DeviceLoaderTest, GpuDecodeHandsOverTheSameSamplesCropsAndFlips) {
       }
     }
   }
+}
+
+// Packed JPEGs (a restart marker after every MCU) go to the GPU decoder cut
+// to the MCUs around their crop: fewer bytes to send and decode, the same
+// samples, crops and flips, pixels equal up to the resampler's rounding
+// (the fake decoder runs the CPU path on what it is given).
+TEST_F(DeviceLoaderTest, GpuDecodeOfPackedJpegsSendsOnlyTheCropsMcus) {
+  saturate::testing::TempDir plain, packed;
+  SATURATE_ASSERT_OK(saturate::testing::WritePhotoDataset(plain.path(), 19));
+  SATURATE_ASSERT_OK(saturate::testing::WritePhotoDataset(packed.path(), 19, true));
+  uint64_t sent_bytes[2] = {0, 0};
+  for (int marked : {0, 1}) {
+    SCOPED_TRACE(marked ? "restart-marked" : "plain");
+    const LoaderOptions options = Options(marked ? packed.path() : plain.path(), ImageTransform{});
+    const auto expected = CpuBatches(options);
+    auto gpu = std::make_shared<FakeGpu>(100us);
+    gpu->set_jpeg_decoder(true);
+    LoaderStats stats;
+    const auto got = DeviceBatches(options, gpu, "gpu", &stats);
+    EXPECT_EQ(stats.gpu_decoded, 19u);
+    EXPECT_EQ(stats.gpu_decode_fallbacks, 0u);
+    sent_bytes[marked] = gpu->counters().jpeg_bytes;
+    if (!marked) {
+      EXPECT_EQ(stats.gpu_decode_cut, 0u);
+      EXPECT_EQ(got, expected);
+      continue;
+    }
+    EXPECT_GE(stats.gpu_decode_cut, 15u);  // all but crops (nearly) as large as the image
+    ASSERT_EQ(got.size(), expected.size());
+    int max_diff = 0;
+    for (size_t b = 0; b < got.size(); ++b) {
+      ASSERT_EQ(got[b].size(), expected[b].size());
+      for (size_t t = 0; t < got[b].size(); ++t) {
+        const Copied &g = got[b][t], &w = expected[b][t];
+        ASSERT_EQ(g.shape, w.shape);
+        ASSERT_EQ(g.bytes.size(), w.bytes.size());
+        for (size_t i = 0; i < g.bytes.size(); ++i) {
+          max_diff = std::max(max_diff, std::abs(int(uint8_t(g.bytes[i])) - uint8_t(w.bytes[i])));
+        }
+      }
+    }
+    EXPECT_LE(max_diff, 1);
+  }
+  std::printf("[ cut      ] encoded bytes sent to the decoder: %llu whole, %llu cut\n",
+              static_cast<unsigned long long>(sent_bytes[0]),
+              static_cast<unsigned long long>(sent_bytes[1]));
+  EXPECT_LT(sent_bytes[1], sent_bytes[0] * 3 / 4);
 }
 
 // Skipped samples compact the batch: GPU-decoded ones must land in their

@@ -4,10 +4,13 @@
 // A worker writing an image field asks Wants(slot); if yes and the bytes are
 // a JPEG whose header reads, it draws the crop and flip exactly as the CPU
 // decode would (same random stream, same stored size), and hands the encoded
-// bytes, crop and flip to Take() instead of decoding. The slot's pixels are
-// then left unwritten in the host buffer; the taker writes them later (on
-// the GPU). Samples and crops are therefore identical to the CPU path's;
-// only the pixels differ by the decoder's and resampler's rounding.
+// bytes, crop and flip to Take() instead of decoding. A restart-marked JPEG
+// (as `saturate pack` writes them) is handed over cut to the MCUs around its
+// crop, with the crop moved into the cut (image::CutJpegAroundCrop): the
+// decoder then reads and decodes only those. The slot's pixels are then
+// left unwritten in the host buffer; the taker writes them later (on the
+// GPU). Samples and crops are therefore identical to the CPU path's; only
+// the pixels differ by the decoder's and resampler's rounding.
 //
 // Every image sample written calls either Take() or Forget() for its slot.
 // Entries are keyed by the address of the field's slot 0 in the batch buffer
@@ -32,9 +35,9 @@ struct DeferredImage {
   uint64_t slot = 0;                   // the sample's slot as written
   uint64_t record = 0;                 // the dataset record it came from (for errors)
   std::span<const std::byte> encoded;  // borrowed for the call: copy it
-  image::CropRect crop;                // in stored pixels, inside the image
+  image::CropRect crop;                // in the pixels of `encoded`, inside the image
   bool hflip = false;
-  int image_width = 0, image_height = 0;  // as stored
+  bool cut = false;  // `encoded` is the stored JPEG cut around the crop
 };
 
 class ImageDeferral {

@@ -202,9 +202,12 @@ Status SamplePlan::WriteImage(const Output& out, std::span<const std::byte> byte
       d.record = record_index;
       d.encoded = bytes;
       d.crop = planner.Plan(info->width, info->height, &d.hflip);
-      d.image_width = info->width;
-      d.image_height = info->height;
       if (image::CropInside(d.crop, info->width, info->height)) {
+        if (auto cut = image::CutJpegAroundCrop(bytes, d.crop, &scratch->decode)) {
+          d.encoded = cut->jpeg;
+          d.crop = cut->crop;
+          d.cut = true;
+        }
         deferral_->Take(d);
         times->Lap(&times->decode_ns);
         return Status::OK();

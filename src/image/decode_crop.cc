@@ -22,21 +22,29 @@
 namespace saturate::image {
 namespace {
 
+// The worker's decompressor, created on first use and kept.
+bool CreateJpeg(DecodeScratch::Impl& s) {
+  if (!s.jpeg_created) {
+    if (!Guarded(s.err, [&] { jpeg_create_decompress(&s.cinfo); })) return false;
+    s.jpeg_created = true;
+  }
+  return true;
+}
+
+// Whatever happens after it, leaves the decompressor ready for the next image.
+struct AbortOnExit {
+  jpeg_decompress_struct* c;
+  ~AbortOnExit() { jpeg_abort_decompress(c); }
+};
+
 // Decodes the crop's region of a JPEG at a planned DCT scale into s.pixels
 // and resizes it into out.
 Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, int out_w,
                       int out_h, uint8_t* out, bool planar, DecodeScratch::Impl& s) {
   jpeg_decompress_struct& c = s.cinfo;
   const auto* data = reinterpret_cast<const unsigned char*>(encoded.data());
-  if (!s.jpeg_created) {
-    if (!Guarded(s.err, [&] { jpeg_create_decompress(&c); })) return s.JpegError();
-    s.jpeg_created = true;
-  }
-  // Whatever happens below, leave the decompressor ready for the next image.
-  struct AbortOnExit {
-    jpeg_decompress_struct* c;
-    ~AbortOnExit() { jpeg_abort_decompress(c); }
-  } abort_on_exit{&c};
+  if (!CreateJpeg(s)) return s.JpegError();
+  AbortOnExit abort_on_exit{&c};
   if (!Guarded(s.err, [&] {
         jpeg_mem_src(&c, data, encoded.size());
         jpeg_read_header(&c, TRUE);
@@ -199,6 +207,43 @@ Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner
   }
   // ProbeImage words the "not a JPEG or PNG" message.
   return ProbeImage(encoded).status();
+}
+
+std::optional<JpegCut> CutJpegAroundCrop(std::span<const std::byte> encoded, const CropRect& crop,
+                                         DecodeScratch* scratch) {
+  DecodeScratch::Impl& s = scratch->impl();
+  if (SniffFormat(encoded) != ImageFormat::kJpeg || !s.cut_restart_index || !CreateJpeg(s)) {
+    return std::nullopt;
+  }
+  jpeg_decompress_struct& c = s.cinfo;
+  AbortOnExit abort_on_exit{&c};
+  const auto* data = reinterpret_cast<const unsigned char*>(encoded.data());
+  if (!Guarded(s.err, [&] {
+        jpeg_mem_src(&c, data, encoded.size());
+        jpeg_read_header(&c, TRUE);
+      })) {
+    return std::nullopt;
+  }
+  const int width = static_cast<int>(c.image_width);
+  const int height = static_cast<int>(c.image_height);
+  const auto grid = RestartGrid(c);
+  if (!grid || !CheckSize(width, height).ok() || !CropInside(crop, width, height)) {
+    return std::nullopt;
+  }
+  // One pixel at scale 1/8 is 8 at full size: wider than any scale's margin.
+  const ScaledCrop f = ScaleCrop(crop, 1);
+  const McuRange r =
+      RangeAround(*grid, width, height, /*scale=*/1, /*margin=*/1, f.x0, f.x1, f.y0, f.y1);
+  if (!CutSkipsData(*grid, r)) return std::nullopt;
+  const size_t start = encoded.size() - c.src->bytes_in_buffer;  // after SOS
+  if (!IndexSegments(data, encoded.size(), start, SegmentsThrough(*grid, r), &s.mcu_starts)) {
+    return std::nullopt;
+  }
+  const size_t bytes = CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg);
+  if (bytes == 0) return std::nullopt;
+  const CropRect moved{crop.x - r.c0 * grid->mcu_w, crop.y - r.r0 * grid->mcu_h, crop.width,
+                       crop.height};
+  return JpegCut{std::as_bytes(std::span(s.roi_jpeg.data(), bytes)), moved};
 }
 
 Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop, int out_width,

@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "base/testing.h"
 #include "image/codec.h"
+#include "image/crop_plan.h"
 #include "image/test_images.h"
 #include "image/transform.h"
 
@@ -276,6 +278,79 @@ TEST_F(DecodeCropResizeTest, OtherRestartIntervalsAreNotCut) {
     }
   }
   EXPECT_EQ(AddJpegRestartMarkers(jpeg_, -2).status().code(), StatusCode::kInvalidArgument);
+}
+
+// CutJpegAroundCrop, the cut a whole-image decoder (nvJPEG) is given: its
+// whole decode holds the crop's pixels of the whole file's decode, exactly;
+// the CPU path's decode of it at the moved crop gives the whole file's
+// bytes up to the resampler's rounding; and it is smaller than the file.
+TEST_F(DecodeCropResizeTest, CutAroundCropKeepsTheCropsPixels) {
+  std::vector<uint8_t> gray(size_t(kW) * kH);
+  for (size_t i = 0; i < gray.size(); ++i) gray[i] = rgb_[3 * i + 1];
+  struct Source {
+    const char* name;
+    Bytes jpeg;
+    int restart_rows;
+  };
+  const Source sources[] = {
+      {"420", jpeg_, kRestartEveryMcu},
+      {"420_rows", jpeg_, 2},
+      {"422", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, false, 2, 1), kRestartEveryMcu},
+      {"444", EncodeJpegRaw(rgb_.data(), kW, kH, 3, JCS_RGB, false, 1, 1), kRestartEveryMcu},
+      {"gray", EncodeJpegRaw(gray.data(), kW, kH, 1, JCS_GRAYSCALE), kRestartEveryMcu},
+  };
+  MtSource rng(11);
+  DecodeScratch cutter, scratch;
+  for (const Source& src : sources) {
+    SCOPED_TRACE(src.name);
+    SATURATE_ASSERT_OK_AND_ASSIGN(Bytes indexed, AddJpegRestartMarkers(src.jpeg, src.restart_rows));
+    SATURATE_ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> whole, DecodeRgb(indexed));
+    EXPECT_FALSE(CutJpegAroundCrop(indexed, {0, 0, kW, kH}, &cutter));     // nothing to skip
+    EXPECT_FALSE(CutJpegAroundCrop(src.jpeg, {8, 8, 100, 100}, &cutter));  // no markers
+    int cuts = 0, max_diff = 0;
+    for (int i = 0; i < 40; ++i) {
+      const CropRect crop = Rrc(kW, kH, rng);
+      const auto cut = CutJpegAroundCrop(indexed, crop, &cutter);
+      if (!cut) continue;
+      ++cuts;
+      EXPECT_LT(cut->jpeg.size(), indexed.size());
+      const Bytes cut_jpeg(cut->jpeg.begin(), cut->jpeg.end());
+      ImageInfo info;
+      SATURATE_ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> part, DecodeRgb(cut_jpeg, &info));
+      ASSERT_TRUE(CropInside(cut->crop, info.width, info.height));
+      EXPECT_EQ(cut->crop.width, crop.width);
+      EXPECT_EQ(cut->crop.height, crop.height);
+      for (int y = 0; y < crop.height; ++y) {
+        const uint8_t* want = &whole[(size_t(crop.y + y) * kW + crop.x) * 3];
+        const uint8_t* got = &part[(size_t(cut->crop.y + y) * info.width + cut->crop.x) * 3];
+        ASSERT_TRUE(std::equal(got, got + crop.width * 3, want))
+            << "row " << y << " of crop " << crop.width << "x" << crop.height << "+" << crop.x
+            << "+" << crop.y;
+      }
+      std::vector<uint8_t> want(224 * 224 * 3), got(want.size());
+      SATURATE_ASSERT_OK(DecodeCropResize(indexed, crop, 224, 224, i % 2, want.data(), &scratch));
+      SATURATE_ASSERT_OK(
+          DecodeCropResize(cut_jpeg, cut->crop, 224, 224, i % 2, got.data(), &scratch));
+      for (size_t k = 0; k < want.size(); ++k)
+        max_diff = std::max(max_diff, std::abs(want[k] - got[k]));
+    }
+    // All but the crops (nearly) as large as the image; row segments skip
+    // only the rows above, so crops near the top are not cut.
+    EXPECT_GE(cuts, src.restart_rows > 0 ? 15 : 30);
+    EXPECT_LE(max_diff, 1);
+    std::printf(
+        "[ cut      ] %-8s %d of 40 crops cut; CPU decode of the cut vs the file: max diff %d\n",
+        src.name, cuts, max_diff);
+  }
+  // Not a JPEG, or a crop outside the image: decoded (and reported) as they are.
+  SATURATE_ASSERT_OK_AND_ASSIGN(Bytes indexed, AddJpegRestartMarkers(jpeg_));
+  const Bytes junk(300, std::byte{0x42});
+  EXPECT_FALSE(CutJpegAroundCrop(junk, {0, 0, 10, 10}, &cutter));
+  EXPECT_FALSE(CutJpegAroundCrop(indexed, {kW - 10, 0, 20, 20}, &cutter));
+  const Bytes truncated(indexed.begin(), indexed.begin() + 100);
+  EXPECT_FALSE(CutJpegAroundCrop(truncated, {0, 0, 10, 10}, &cutter));
+  // The decompressor is left ready: the next cut works.
+  EXPECT_TRUE(CutJpegAroundCrop(indexed, {300, 200, 64, 64}, &cutter));
 }
 
 }  // namespace

@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "saturate/base/status.h"
@@ -152,6 +153,24 @@ enum class Layout { kHWC, kCHW };
 Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop, int out_width,
                         int out_height, bool hflip, uint8_t* out, DecodeScratch* scratch,
                         Layout layout = Layout::kHWC);
+
+// For a decoder that decodes whole images (nvJPEG): a restart-marked JPEG
+// (AddJpegRestartMarkers) cut to the MCUs around `crop` (jpeg_cut.h), so that
+// the MCUs above and beside it are neither sent nor entropy-decoded, with
+// the crop moved into the cut's pixels. The cut keeps a margin of 8 pixels
+// (one pixel at DCT scale 1/8, the widest any scale needs), so decoding it
+// whole gives the crop's pixels of the whole file's decode, and
+// DecodeCropResize of the cut at the moved crop gives its bytes up to the
+// resampler's rounding (taps computed in the cut's coordinates). nullopt
+// for anything else: not a JPEG, no usable restart markers, nothing to
+// skip, a header that does not read (the decode reports that); decode the
+// bytes as they are. The cut lives in `scratch` until its next use.
+struct JpegCut {
+  std::span<const std::byte> jpeg;
+  CropRect crop;
+};
+std::optional<JpegCut> CutJpegAroundCrop(std::span<const std::byte> encoded, const CropRect& crop,
+                                         DecodeScratch* scratch);
 
 // Chooses the crop (and flip) once the image size is known, so a random
 // crop needs only the one header read that the decode does anyway.

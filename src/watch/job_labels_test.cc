@@ -154,6 +154,7 @@ TEST(JobLabelsTest, LoaderDecodeSplitSeries) {
         {"gpu_decoded", 400},
         {"gpu_decode_ns", 250'000'000},
         {"gpu_decode_fallbacks", 2},
+        {"gpu_decode_cut", 300},
         {"gpu_permille", 625},
         {"cpu_per_s_per_thread", 300},
         {"gpu_per_s", 4000}}},
@@ -192,6 +193,9 @@ TEST(JobLabelsTest, LoaderDecodeSplitSeries) {
             std::string::npos)
       << page;
   EXPECT_NE(page.find("saturate_loader_gpu_decode_fallbacks_total{Hostname=\"n\",rank=\"0\"} 2\n"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("saturate_loader_gpu_decode_cut_total{Hostname=\"n\",rank=\"0\"} 300\n"),
             std::string::npos)
       << page;
   EXPECT_NE(page.find("saturate_loader_gpu_decoder_available{Hostname=\"n\",rank=\"2\"} 0\n"),

@@ -197,6 +197,12 @@ void DecodeSplitPrometheus(const std::map<int, std::map<std::string, int64_t>>& 
          [&](const auto& values, auto emit) {
            if (auto n = value(values, "gpu_decode_fallbacks")) emit({}, double(*n));
          });
+  family("saturate_loader_gpu_decode_cut_total", "counter",
+         "JPEGs sent to the GPU decoder cut to the MCUs around their crop (restart-marked "
+         "files, as saturate pack writes them).",
+         [&](const auto& values, auto emit) {
+           if (auto n = value(values, "gpu_decode_cut")) emit({}, double(*n));
+         });
   // The measured rates decode="auto" splits by; absent until measured.
   family("saturate_loader_cpu_decode_images_per_s_per_thread", "gauge",
          "JPEGs one loader thread decodes per second (decode=\"auto\"'s measurement).",

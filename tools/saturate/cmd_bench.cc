@@ -152,6 +152,7 @@ int RunFeed(const FeedFlags& f) {
         {"decode_backend", end.decode_backend},
         {"gpu_decoded", end.gpu_decoded - at_start.gpu_decoded},
         {"gpu_decode_fallbacks", end.gpu_decode_fallbacks - at_start.gpu_decode_fallbacks},
+        {"gpu_decode_cut", end.gpu_decode_cut - at_start.gpu_decode_cut},
         {"gpu_decode_fraction", end.gpu_decode_fraction},
         {"cpu_decode_images_per_s_per_thread", end.cpu_decode_images_per_s_per_thread},
         {"gpu_decode_images_per_s", end.gpu_decode_images_per_s}};
@@ -185,10 +186,11 @@ int RunFeed(const FeedFlags& f) {
     std::printf("skipped %llu bad samples\n", static_cast<unsigned long long>(end.skipped));
   if (!end.decode.empty() && end.decode != "cpu") {
     std::printf(
-        "decode %s (%s): %llu images on the GPU (%llu refused, decoded on the CPU), "
-        "GPU share %.0f%%",
+        "decode %s (%s): %llu images on the GPU (%llu cut to their crop, %llu refused and "
+        "decoded on the CPU), GPU share %.0f%%",
         end.decode.c_str(), end.decode_backend.c_str(),
         static_cast<unsigned long long>(end.gpu_decoded - at_start.gpu_decoded),
+        static_cast<unsigned long long>(end.gpu_decode_cut - at_start.gpu_decode_cut),
         static_cast<unsigned long long>(end.gpu_decode_fallbacks - at_start.gpu_decode_fallbacks),
         100.0 * end.gpu_decode_fraction);
     if (end.gpu_decode_images_per_s > 0) {

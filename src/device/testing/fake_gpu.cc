@@ -238,6 +238,7 @@ class FakeJpegDecoder : public device::JpegDecoder {
                 std::vector<uint8_t>* failed) override {
     if (gpu_->jpeg_decode_hook()) gpu_->jpeg_decode_hook()();
     failed->assign(jobs.size(), 0);
+    gpu_->CountJpegBytes(jobs);
     std::vector<device::JpegJob> copy(jobs.begin(), jobs.end());
     std::vector<uint8_t>* out = failed;
     gpu_->Enqueue(stream, [this, copy, out_width, out_height, out] {
@@ -269,6 +270,11 @@ void FakeGpu::Enqueue(Stream stream, std::function<void()> fn) {
 }
 
 void FakeGpu::Drain(Stream stream) { Get(stream)->Drain(); }
+
+void FakeGpu::CountJpegBytes(std::span<const device::JpegJob> jobs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const device::JpegJob& j : jobs) counters_.jpeg_bytes += j.encoded.size();
+}
 
 FakeGpu::Counters FakeGpu::counters() const {
   std::lock_guard<std::mutex> lock(mu_);

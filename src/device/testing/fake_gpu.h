@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <unordered_set>
 
 #include "device/gpu.h"
@@ -37,6 +38,7 @@ class FakeGpu : public device::Gpu {
     uint64_t pinned_allocs = 0;
     uint64_t device_allocs = 0;
     uint64_t conversions = 0;
+    uint64_t jpeg_bytes = 0;  // encoded bytes given to the JPEG decoder
     uint64_t live_device_buffers = 0;
     uint64_t live_pinned_buffers = 0;
   };
@@ -73,6 +75,8 @@ class FakeGpu : public device::Gpu {
   // before the decoder opens): lets a test hold a decode, or see its thread.
   void set_jpeg_decode_hook(std::function<void()> hook) { jpeg_decode_hook_ = std::move(hook); }
   const std::function<void()>& jpeg_decode_hook() const { return jpeg_decode_hook_; }
+  // The decoder's: adds the jobs' encoded bytes to counters().jpeg_bytes.
+  void CountJpegBytes(std::span<const device::JpegJob> jobs);
 
   // Enqueues `fn` on `stream`, as a kernel of the consumer's would be.
   void Enqueue(Stream stream, std::function<void()> fn);

@@ -1,6 +1,8 @@
 // A dataset of photo-like JPEGs for the GPU decode's tests: smooth shading,
 // soft texture and a few hard edges, sizes 200..520 x 160..400 (so crops are
-// reduced, as in training), with "label" = i. Header-only test helper.
+// reduced, as in training), with "label" = i; with `restart_markers`, a
+// marker after every MCU, as `saturate pack` writes them. Header-only test
+// helper.
 // Thread-safety: test helper.
 #ifndef SATURATE_FEED_TESTING_PHOTO_DATASET_H_
 #define SATURATE_FEED_TESTING_PHOTO_DATASET_H_
@@ -37,7 +39,7 @@ inline std::vector<uint8_t> PhotoLikeRgb(int width, int height, uint64_t seed) {
   return rgb;
 }
 
-inline Status WritePhotoDataset(const std::string& dir, uint64_t n) {
+inline Status WritePhotoDataset(const std::string& dir, uint64_t n, bool restart_markers = false) {
   format::Schema schema{{format::FieldSpec{"image", format::FieldKind::kImage},
                          format::FieldSpec{"label", format::FieldKind::kInt64}}};
   SATURATE_ASSIGN_OR_RETURN(auto w, format::DatasetWriter::Create(dir, schema));
@@ -46,6 +48,9 @@ inline Status WritePhotoDataset(const std::string& dir, uint64_t n) {
     const int height = 160 + static_cast<int>(i % 7) * 40;
     std::vector<uint8_t> rgb = PhotoLikeRgb(width, height, i);
     SATURATE_ASSIGN_OR_RETURN(auto jpeg, image::EncodeJpeg(rgb.data(), width, height, 90));
+    if (restart_markers) {
+      SATURATE_ASSIGN_OR_RETURN(jpeg, image::AddJpegRestartMarkers(jpeg));
+    }
     int64_t label = static_cast<int64_t>(i);
     std::vector<std::span<const std::byte>> f{jpeg, format::AsBytes(label)};
     SATURATE_RETURN_IF_ERROR(w->Append(f));
