@@ -9,8 +9,14 @@
 // isolates the decode path from the machine's other load better than
 // `saturate bench feed`, which remains the end-to-end measure.
 //
+// --handover times instead what a loader worker does for an image it hands
+// to the GPU decoder (decode="gpu"): read the header, draw the crop, cut a
+// restart-marked JPEG to the MCUs around it (CutJpegAroundCrop), and says
+// what nvJPEG then receives: "handover_bytes" and "handover_pixels" as
+// fractions of the files' bytes and pixels, and how many were cut.
+//
 // usage: crop_decode_bench [--crop random|center] [--restart mcu|keep|N]
-//                          [--passes P] [--size S] DIR_OR_FILE...
+//                          [--passes P] [--size S] [--handover] DIR_OR_FILE...
 //   --restart mcu (default): AddJpegRestartMarkers, a marker after every
 //   MCU (saturate pack's default); keep: the bytes as given; N >= 0: a
 //   marker after every N MCU rows, 0 for none (optimized tables only).
@@ -80,10 +86,44 @@ class Planner : public saturate::image::CropPlanner {
   Rng rng_;
 };
 
+// What the GPU decoder is given, summed over a pass.
+struct Handover {
+  uint64_t cut = 0;
+  double file_bytes = 0, sent_bytes = 0, file_pixels = 0, sent_pixels = 0;
+};
+
+// A GPU-path worker's work for one image (sample_plan.cc): the header,
+// the crop, the cut. Adds to `sent` when given.
+bool HandOver(const std::vector<std::byte>& f, Planner& planner,
+              saturate::image::DecodeScratch* scratch, Handover* sent) {
+  auto info = saturate::image::ProbeImage(f);
+  if (!info.ok()) {
+    std::fprintf(stderr, "crop_decode_bench: %s\n", info.status().ToString().c_str());
+    return false;
+  }
+  bool hflip = false;
+  const CropRect crop = planner.Plan(info->width, info->height, &hflip);
+  const auto cut = saturate::image::CutJpegAroundCrop(f, crop, scratch);
+  if (sent == nullptr) return true;
+  sent->file_bytes += double(f.size());
+  sent->file_pixels += double(info->width) * info->height;
+  if (!cut) {
+    sent->sent_bytes += double(f.size());
+    sent->sent_pixels += double(info->width) * info->height;
+    return true;
+  }
+  auto cut_info = saturate::image::ProbeImage(cut->jpeg);
+  if (!cut_info.ok()) return false;
+  ++sent->cut;
+  sent->sent_bytes += double(cut->jpeg.size());
+  sent->sent_pixels += double(cut_info->width) * cut_info->height;
+  return true;
+}
+
 int Usage() {
   std::fprintf(stderr,
                "usage: crop_decode_bench [--crop random|center] [--restart mcu|keep|N] "
-               "[--passes P] [--size S] DIR_OR_FILE...\n");
+               "[--passes P] [--size S] [--handover] DIR_OR_FILE...\n");
   return 2;
 }
 
@@ -93,6 +133,7 @@ int main(int argc, char** argv) {
   bool random = true;
   std::string restart = "mcu";
   int passes = 3, size = 224;
+  bool handover = false;
   std::vector<fs::path> paths;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -104,6 +145,8 @@ int main(int argc, char** argv) {
       passes = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--size" && i + 1 < argc) {
       size = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--handover") {
+      handover = true;
     } else if (!a.empty() && a[0] == '-') {
       return Usage();
     } else if (fs::is_directory(a)) {
@@ -136,10 +179,15 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> out(size_t(size) * size * 3);
   uint64_t digest = 0xcbf29ce484222325ull;
   std::vector<double> per_image;
+  Handover sent;
   for (int pass = -1; pass < passes; ++pass) {
     Planner planner(random, size, 1234);  // The same crops every pass.
     const double t0 = ThreadCpuSeconds();
     for (const auto& f : files) {
+      if (handover) {
+        if (!HandOver(f, planner, &scratch, pass == 0 ? &sent : nullptr)) return 1;
+        continue;
+      }
       const saturate::Status s =
           saturate::image::DecodeCropResize(f, planner, size, size, out.data(), &scratch);
       if (!s.ok()) {
@@ -154,6 +202,17 @@ int main(int argc, char** argv) {
   }
   std::vector<double> sorted = per_image;
   std::sort(sorted.begin(), sorted.end());
+  if (handover) {
+    std::printf(
+        "{\"images\": %zu, \"passes\": %d, \"crop\": \"%s\", \"restart\": \"%s\", "
+        "\"handover\": true, \"cpu_us_per_image\": %.1f, \"cpu_us_per_image_median\": %.1f, "
+        "\"cut\": %llu, \"handover_bytes\": %.3f, \"handover_pixels\": %.3f}\n",
+        files.size(), passes, random ? "random" : "center", restart.c_str(), sorted.front(),
+        sorted[sorted.size() / 2], static_cast<unsigned long long>(sent.cut),
+        sent.sent_bytes / std::max(1.0, sent.file_bytes),
+        sent.sent_pixels / std::max(1.0, sent.file_pixels));
+    return 0;
+  }
   std::printf(
       "{\"images\": %zu, \"passes\": %d, \"crop\": \"%s\", \"restart\": \"%s\", "
       "\"cpu_us_per_image\": %.1f, \"cpu_us_per_image_median\": %.1f, \"bytes\": %zu, "
