@@ -33,7 +33,8 @@
 #               wallpapers)
 #   pack        saturate pack folder -> a .sat dataset
 #   feed        saturate bench feed --device cuda, CPU / GPU / auto decode, 2 threads and all,
-#               and --device cpu: the pipeline alone, no model; then Fashion-MNIST-shaped
+#               and --device cpu: the pipeline alone, no model; nvJPEG on the same photos
+#               stored whole (no restart markers: not cut to the crop); then Fashion-MNIST-shaped
 #               arrays (random pixels) converted to float on the host, --device cuda and cpu
 #   example     examples/train_resnet18_photos.py as a user runs it (device="cuda"), 100 steps;
 #               if it dies, again under cuda-gdb for the native stacks
@@ -509,6 +510,15 @@ step_feed() {
     timeout --kill-after=10 60 "$sat" bench feed "$data/photos-train.sat" --batch 256 --epochs 1 \
       --warmup 2 --json -t "$t" --device "$device" --decode "$decode" "${threads[@]}" || true
   done
+  # nvJPEG on the same photos stored byte for byte (no restart markers): each JPEG reaches the
+  # GPU whole, where the packed ones above reach it cut to their crop (gpu_decode_cut). The
+  # two --decode gpu runs' gpu_decode_images_per_s give what the cut is worth on this GPU.
+  local whole=$data/photos-train-whole.sat
+  [[ -d $whole ]] || "$sat" pack folder "$data/photos/train" "$whole" --keep-jpeg-bytes \
+    --threads "$cores" -q
+  echo "bench feed --device cuda --decode gpu --threads 2, JPEGs stored whole:"
+  timeout --kill-after=10 60 "$sat" bench feed "$whole" --batch 256 --epochs 1 --warmup 2 --json \
+    -t "$t" --device cuda --decode gpu --threads 2 || true
   # Small fixed-size records converted to float on the host, into the pinned buffers the copy
   # engine reads (written with streaming stores: BatchAllocator::read_by_device), and into host
   # memory. Fashion-MNIST's shape with random pixels: the GPU machine has no dataset package.
