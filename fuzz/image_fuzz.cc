@@ -3,7 +3,9 @@
 // loader's crop decode. The input's restart-marked copy
 // (AddJpegRestartMarkers) must give the same bytes cut to the crop's MCUs
 // (as the loader does) as decoded whole, with and without the AVX2 loops,
-// and in CHW layout the same bytes split into planes.
+// and in CHW layout the same bytes split into planes. The cut a GPU decoder
+// is given (CutJpegAroundCrop) must hold the crop inside it and, decoded
+// whole, the crop's pixels of the whole file's decode.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +27,28 @@ CropRect CropFor(const uint8_t* data, size_t size, int w, int h) {
   auto byte = [&](size_t k) { return size > k ? data[size - 1 - k] : uint8_t{0}; };
   const int cw = 1 + byte(0) * (w - 1) / 255, ch = 1 + byte(1) * (h - 1) / 255;
   return CropRect{byte(2) * (w - cw) / 255, byte(3) * (h - ch) / 255, cw, ch};
+}
+
+// The restart-marked `jpeg`'s cut around `crop`, if it makes one: the moved
+// crop lies inside it, and where both decode whole, its pixels are the file's.
+void CheckGpuCut(std::span<const std::byte> jpeg, const CropRect& crop, DecodeScratch* scratch) {
+  const auto cut = saturate::image::CutJpegAroundCrop(jpeg, crop, scratch);
+  if (!cut) return;
+  const std::vector<std::byte> part_jpeg(cut->jpeg.begin(), cut->jpeg.end());
+  saturate::image::ImageInfo part_info, info;
+  auto part = saturate::image::DecodeRgb(part_jpeg, &part_info);
+  auto whole = saturate::image::DecodeRgb(jpeg, &info);
+  if (!part.ok() || !whole.ok()) return;
+  const CropRect m = cut->crop;
+  if (m.width != crop.width || m.height != crop.height || m.x < 0 || m.y < 0 ||
+      m.x + m.width > part_info.width || m.y + m.height > part_info.height) {
+    __builtin_trap();
+  }
+  for (int y = 0; y < crop.height; ++y) {
+    const uint8_t* want = whole->data() + (size_t(crop.y + y) * info.width + crop.x) * 3;
+    const uint8_t* got = part->data() + (size_t(m.y + y) * part_info.width + m.x) * 3;
+    if (!std::equal(got, got + size_t(crop.width) * 3, want)) __builtin_trap();
+  }
 }
 
 }  // namespace
@@ -65,5 +89,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       planes != want) {
     __builtin_trap();
   }
+  CheckGpuCut(*copy, crop, &scratch);
   return 0;
 }
