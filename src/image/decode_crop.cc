@@ -3,6 +3,7 @@
 // (jpeg_cut), through the component path (jpeg_planes) or the RGB path
 // below, then resized (resample). This file holds the order of those
 // steps and the libjpeg calls of the RGB path; each step is in its own file.
+// Also CutJpegAroundCrop, the same cut made for a decoder of whole images.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -31,6 +32,14 @@ bool CreateJpeg(DecodeScratch::Impl& s) {
   return true;
 }
 
+// Points the decompressor at a JPEG in memory and reads its header.
+bool ReadJpegHeader(const unsigned char* data, size_t size, DecodeScratch::Impl& s) {
+  return Guarded(s.err, [&] {
+    jpeg_mem_src(&s.cinfo, data, size);
+    jpeg_read_header(&s.cinfo, TRUE);
+  });
+}
+
 // Whatever happens after it, leaves the decompressor ready for the next image.
 struct AbortOnExit {
   jpeg_decompress_struct* c;
@@ -45,12 +54,7 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
   const auto* data = reinterpret_cast<const unsigned char*>(encoded.data());
   if (!CreateJpeg(s)) return s.JpegError();
   AbortOnExit abort_on_exit{&c};
-  if (!Guarded(s.err, [&] {
-        jpeg_mem_src(&c, data, encoded.size());
-        jpeg_read_header(&c, TRUE);
-      })) {
-    return s.JpegError();
-  }
+  if (!ReadJpegHeader(data, encoded.size(), s)) return s.JpegError();
   const int width = static_cast<int>(c.image_width);
   const int height = static_cast<int>(c.image_height);
   SATURATE_RETURN_IF_ERROR(CheckSize(width, height));
@@ -83,12 +87,7 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
     }
     if (cut_bytes > 0) {
       jpeg_abort_decompress(&c);
-      if (!Guarded(s.err, [&] {
-            jpeg_mem_src(&c, s.roi_jpeg.data(), cut_bytes);
-            jpeg_read_header(&c, TRUE);
-          })) {
-        return s.JpegError();
-      }
+      if (!ReadJpegHeader(s.roi_jpeg.data(), cut_bytes, s)) return s.JpegError();
       mcu_x0 = r.c0, mcu_y0 = r.r0;
       dx = r.c0 * grid->mcu_w * f, dy = r.r0 * grid->mcu_h * f;
       s.last_used_restart_index = true;
@@ -218,12 +217,7 @@ std::optional<JpegCut> CutJpegAroundCrop(std::span<const std::byte> encoded, con
   jpeg_decompress_struct& c = s.cinfo;
   AbortOnExit abort_on_exit{&c};
   const auto* data = reinterpret_cast<const unsigned char*>(encoded.data());
-  if (!Guarded(s.err, [&] {
-        jpeg_mem_src(&c, data, encoded.size());
-        jpeg_read_header(&c, TRUE);
-      })) {
-    return std::nullopt;
-  }
+  if (!ReadJpegHeader(data, encoded.size(), s)) return std::nullopt;
   const int width = static_cast<int>(c.image_width);
   const int height = static_cast<int>(c.image_height);
   const auto grid = RestartGrid(c);

@@ -230,9 +230,10 @@ struct LoaderStats {
   // DeviceLoader's JPEG decode: the mode in use ("cpu", "gpu", "auto") and
   // nvJPEG's backend (or why it is unavailable); images decoded on the GPU,
   // the wall time of those decodes, images it refused (decoded on the CPU
-  // instead), those sent cut to the MCUs around their crop (restart-marked
-  // JPEGs, as `saturate pack` writes them), and the fraction of JPEGs sent to the GPU now (auto:
-  // the split controller's; 1 for "gpu", 0 for "cpu") with the rates it was chosen from.
+  // instead), images sent to it cut to the MCUs around their crop
+  // (restart-marked JPEGs, as `saturate pack` writes them), and the fraction
+  // of JPEGs sent to the GPU now (auto: the split controller's; 1 for "gpu",
+  // 0 for "cpu") with the rates it was chosen from.
   std::string decode;
   std::string decode_backend;
   uint64_t gpu_decoded = 0;
