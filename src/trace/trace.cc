@@ -359,10 +359,13 @@ void Recorder::Register(ThreadBuffer* buffer) {
 
 void Recorder::Unregister(ThreadBuffer* buffer) {
   std::lock_guard<std::mutex> lock(mu_);
-  const int s = state.load();
+  // Kept while there is a file to write them to: recording, or a Stop() that
+  // has not yet written everything out (a thread exiting during Stop(); in
+  // Python, Thread.join() returns before the thread's buffer is handed over).
+  const bool keep = state.load() == kOn || fd_ >= 0;
   {
     std::lock_guard<std::mutex> b(buffer->mu);
-    if (s == kOn) {
+    if (keep) {
       for (Event& e : buffer->events) orphans_.push_back(std::move(e));
     }
   }
