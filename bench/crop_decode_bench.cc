@@ -11,7 +11,7 @@
 //
 // --handover times instead what a loader worker does for an image it hands
 // to the GPU decoder (decode="gpu"): read the header, draw the crop, cut a
-// restart-marked JPEG to the MCUs around it (CutJpegAroundCrop), and says
+// restart-marked JPEG to the MCUs around it (PlanJpegForDecoder), and says
 // what nvJPEG then receives: "handover_bytes" and "handover_pixels" as
 // fractions of the files' bytes and pixels, and how many were cut.
 //
@@ -96,27 +96,21 @@ struct Handover {
 // the crop, the cut. Adds to `sent` when given.
 bool HandOver(const std::vector<std::byte>& f, Planner& planner,
               saturate::image::DecodeScratch* scratch, Handover* sent) {
-  auto info = saturate::image::ProbeImage(f);
-  if (!info.ok()) {
-    std::fprintf(stderr, "crop_decode_bench: %s\n", info.status().ToString().c_str());
+  const auto planned = saturate::image::PlanJpegForDecoder(f, planner, scratch);
+  if (!planned) {
+    std::fprintf(stderr, "crop_decode_bench: a file the GPU path would not take (%s)\n",
+                 saturate::image::ProbeImage(f).status().ToString().c_str());
     return false;
   }
-  bool hflip = false;
-  const CropRect crop = planner.Plan(info->width, info->height, &hflip);
-  const auto cut = saturate::image::CutJpegAroundCrop(f, crop, scratch);
   if (sent == nullptr) return true;
+  const auto file = saturate::image::ProbeImage(f);
+  const auto given = saturate::image::ProbeImage(planned->jpeg);
+  if (!file.ok() || !given.ok()) return false;
+  sent->cut += planned->cut;
   sent->file_bytes += double(f.size());
-  sent->file_pixels += double(info->width) * info->height;
-  if (!cut) {
-    sent->sent_bytes += double(f.size());
-    sent->sent_pixels += double(info->width) * info->height;
-    return true;
-  }
-  auto cut_info = saturate::image::ProbeImage(cut->jpeg);
-  if (!cut_info.ok()) return false;
-  ++sent->cut;
-  sent->sent_bytes += double(cut->jpeg.size());
-  sent->sent_pixels += double(cut_info->width) * cut_info->height;
+  sent->file_pixels += double(file->width) * file->height;
+  sent->sent_bytes += double(planned->jpeg.size());
+  sent->sent_pixels += double(given->width) * given->height;
   return true;
 }
 

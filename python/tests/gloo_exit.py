@@ -1,7 +1,7 @@
 """Ending one rank of a Gloo test job without interpreter finalization.
 
-A device mesh keeps the Gloo process group alive past destroy_process_group(), so only the
-interpreter's final garbage collection frees it. A Gloo worker thread that drops its last
+A Gloo process group can outlive destroy_process_group() (a device mesh holds it; Accelerate's
+state too), so only the interpreter's final garbage collection frees it. A Gloo worker thread that drops its last
 collective at that moment (tensors with Python references) cannot take the GIL, and torch aborts
 with "terminate called without an active exception" (docs/checkpoint.md; a core dump's stacks
 were all torch's). leave() first does what finalization would have done that matters here, then

@@ -6,7 +6,7 @@
 // decode would (same random stream, same stored size), and hands the encoded
 // bytes, crop and flip to Take() instead of decoding. A restart-marked JPEG
 // (as `saturate pack` writes them) is handed over cut to the MCUs around its
-// crop, with the crop moved into the cut (image::CutJpegAroundCrop): the
+// crop, with the crop moved into the cut (image::PlanJpegForDecoder): the
 // decoder then reads and decodes only those. The slot's pixels are then
 // left unwritten in the host buffer; the taker writes them later (on the
 // GPU). Samples and crops are therefore identical to the CPU path's; only

@@ -189,32 +189,26 @@ Status SamplePlan::WriteImage(const Output& out, std::span<const std::byte> byte
       *hflip = t->flip_prob > 0 && rng.Uniform() < t->flip_prob;
       return crop;
     }
-  } planner(&t, SampleRng(seed ^ (out.field * 0x9E3779B97F4A7C15ull), epoch, record_index));
+  };
+  const SampleRng stream(seed ^ (out.field * 0x9E3779B97F4A7C15ull), epoch, record_index);
+  Planner planner(&t, stream);
   // The GPU decode stage: same header read and crop draws as the decode's.
   if (deferral_ != nullptr && image::SniffFormat(bytes) == image::ImageFormat::kJpeg &&
       deferral_->Wants(slot)) {
-    auto info = image::ProbeImage(bytes);
-    if (info.ok() && (info->channels == 1 || info->channels == 3) &&
-        image::CheckSize(info->width, info->height).ok()) {
+    if (auto planned = image::PlanJpegForDecoder(bytes, planner, &scratch->decode)) {
       DeferredImage d;
       d.slot0 = dst - slot * out.sample_bytes;
       d.slot = slot;
       d.record = record_index;
-      d.encoded = bytes;
-      d.crop = planner.Plan(info->width, info->height, &d.hflip);
-      if (image::CropInside(d.crop, info->width, info->height)) {
-        if (auto cut = image::CutJpegAroundCrop(bytes, d.crop, &scratch->decode)) {
-          d.encoded = cut->jpeg;
-          d.crop = cut->crop;
-          d.cut = true;
-        }
-        deferral_->Take(d);
-        times->Lap(&times->decode_ns);
-        return Status::OK();
-      }
-      // Never reached for a valid plan; the CPU decode reports it. Redraw from the start.
-      planner.rng = SampleRng(seed ^ (out.field * 0x9E3779B97F4A7C15ull), epoch, record_index);
+      d.encoded = planned->jpeg;
+      d.crop = planned->crop;
+      d.hflip = planned->hflip;
+      d.cut = planned->cut;
+      deferral_->Take(d);
+      times->Lap(&times->decode_ns);
+      return Status::OK();
     }
+    planner.rng = stream;  // The CPU decodes (and reports) it, drawing from the start.
   }
   if (deferral_ != nullptr) deferral_->Forget(dst - slot * out.sample_bytes, slot);
   // uint8 output (either layout) is written by the resampler in place.

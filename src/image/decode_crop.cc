@@ -3,7 +3,8 @@
 // (jpeg_cut), through the component path (jpeg_planes) or the RGB path
 // below, then resized (resample). This file holds the order of those
 // steps and the libjpeg calls of the RGB path; each step is in its own file.
-// Also CutJpegAroundCrop, the same cut made for a decoder of whole images.
+// Also PlanJpegForDecoder (and CutJpegAroundCrop), the same header read,
+// crop and cut made for a decoder of whole images.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -44,6 +45,20 @@ bool ReadJpegHeader(const unsigned char* data, size_t size, DecodeScratch::Impl&
 struct AbortOnExit {
   jpeg_decompress_struct* c;
   ~AbortOnExit() { jpeg_abort_decompress(c); }
+};
+
+// A planner whose crop and flip are given.
+class FixedCrop : public CropPlanner {
+ public:
+  FixedCrop(const CropRect& crop, bool hflip) : crop_(crop), hflip_(hflip) {}
+  CropRect Plan(int, int, bool* hflip) override {
+    *hflip = hflip_;
+    return crop_;
+  }
+
+ private:
+  CropRect crop_;
+  bool hflip_;
 };
 
 // Decodes the crop's region of a JPEG at a planned DCT scale into s.pixels
@@ -208,51 +223,54 @@ Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner
   return ProbeImage(encoded).status();
 }
 
-std::optional<JpegCut> CutJpegAroundCrop(std::span<const std::byte> encoded, const CropRect& crop,
-                                         DecodeScratch* scratch) {
+std::optional<PlannedJpeg> PlanJpegForDecoder(std::span<const std::byte> encoded,
+                                              CropPlanner& planner, DecodeScratch* scratch) {
   DecodeScratch::Impl& s = scratch->impl();
-  if (SniffFormat(encoded) != ImageFormat::kJpeg || !s.cut_restart_index || !CreateJpeg(s)) {
-    return std::nullopt;
-  }
+  if (SniffFormat(encoded) != ImageFormat::kJpeg || !CreateJpeg(s)) return std::nullopt;
   jpeg_decompress_struct& c = s.cinfo;
   AbortOnExit abort_on_exit{&c};
   const auto* data = reinterpret_cast<const unsigned char*>(encoded.data());
   if (!ReadJpegHeader(data, encoded.size(), s)) return std::nullopt;
   const int width = static_cast<int>(c.image_width);
   const int height = static_cast<int>(c.image_height);
-  const auto grid = RestartGrid(c);
-  if (!grid || !CheckSize(width, height).ok() || !CropInside(crop, width, height)) {
+  if ((c.num_components != 1 && c.num_components != 3) || !CheckSize(width, height).ok()) {
     return std::nullopt;
   }
+  PlannedJpeg p{encoded};
+  p.crop = planner.Plan(width, height, &p.hflip);
+  if (!CropInside(p.crop, width, height)) return std::nullopt;
+  const auto grid = RestartGrid(c);
+  if (!grid || !s.cut_restart_index) return p;
   // One pixel at scale 1/8 is 8 at full size: wider than any scale's margin.
-  const ScaledCrop f = ScaleCrop(crop, 1);
+  const ScaledCrop f = ScaleCrop(p.crop, 1);
   const McuRange r =
       RangeAround(*grid, width, height, /*scale=*/1, /*margin=*/1, f.x0, f.x1, f.y0, f.y1);
-  if (!CutSkipsData(*grid, r)) return std::nullopt;
+  if (!CutSkipsData(*grid, r)) return p;
   const size_t start = encoded.size() - c.src->bytes_in_buffer;  // after SOS
   if (!IndexSegments(data, encoded.size(), start, SegmentsThrough(*grid, r), &s.mcu_starts)) {
-    return std::nullopt;
+    return p;
   }
   const size_t bytes = CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg);
-  if (bytes == 0) return std::nullopt;
-  const CropRect moved{crop.x - r.c0 * grid->mcu_w, crop.y - r.r0 * grid->mcu_h, crop.width,
-                       crop.height};
-  return JpegCut{std::as_bytes(std::span(s.roi_jpeg.data(), bytes)), moved};
+  if (bytes == 0) return p;
+  p.jpeg = std::as_bytes(std::span(s.roi_jpeg.data(), bytes));
+  p.crop.x -= r.c0 * grid->mcu_w;
+  p.crop.y -= r.r0 * grid->mcu_h;
+  p.cut = true;
+  return p;
+}
+
+std::optional<JpegCut> CutJpegAroundCrop(std::span<const std::byte> encoded, const CropRect& crop,
+                                         DecodeScratch* scratch) {
+  FixedCrop fixed(crop, false);
+  const auto p = PlanJpegForDecoder(encoded, fixed, scratch);
+  if (!p || !p->cut) return std::nullopt;
+  return JpegCut{p->jpeg, p->crop};
 }
 
 Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop, int out_width,
                         int out_height, bool hflip, uint8_t* out, DecodeScratch* scratch,
                         Layout layout) {
-  struct Fixed : CropPlanner {
-    CropRect rect;
-    bool flip;
-    CropRect Plan(int, int, bool* hflip_out) override {
-      *hflip_out = flip;
-      return rect;
-    }
-  } fixed;
-  fixed.rect = crop;
-  fixed.flip = hflip;
+  FixedCrop fixed(crop, hflip);
   return DecodeCropResize(encoded, fixed, out_width, out_height, out, scratch, layout);
 }
 

@@ -23,6 +23,7 @@ namespace {
 
 using test_images::DecodeCropResizeTest;
 using test_images::EncodeJpegRaw;
+using test_images::EncodePng;
 using test_images::MtSource;
 using test_images::PhotoLike;
 using test_images::Psnr;
@@ -351,6 +352,58 @@ TEST_F(DecodeCropResizeTest, CutAroundCropKeepsTheCropsPixels) {
   EXPECT_FALSE(CutJpegAroundCrop(truncated, {0, 0, 10, 10}, &cutter));
   // The decompressor is left ready: the next cut works.
   EXPECT_TRUE(CutJpegAroundCrop(indexed, {300, 200, 64, 64}, &cutter));
+}
+
+// PlanJpegForDecoder, the worker's one header read for the GPU path: the
+// planner's crop and flip, the file itself when it has no markers, the
+// same cut as CutJpegAroundCrop when it has, and nothing for what the CPU
+// path must decode.
+TEST_F(DecodeCropResizeTest, PlanForDecoderReadsOnceDrawsAndCuts) {
+  struct Given : CropPlanner {
+    CropRect crop;
+    int calls = 0;
+    CropRect Plan(int width, int height, bool* hflip) override {
+      ++calls;
+      EXPECT_EQ(width, kW);
+      EXPECT_EQ(height, kH);
+      *hflip = true;
+      return crop;
+    }
+  } planner;
+  planner.crop = {300, 200, 64, 64};
+  DecodeScratch scratch;
+  const auto whole = PlanJpegForDecoder(jpeg_, planner, &scratch);
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->jpeg.data(), jpeg_.data());  // No markers: the file as it is.
+  EXPECT_EQ(whole->jpeg.size(), jpeg_.size());
+  EXPECT_EQ(whole->crop, planner.crop);
+  EXPECT_TRUE(whole->hflip);
+  EXPECT_FALSE(whole->cut);
+
+  SATURATE_ASSERT_OK_AND_ASSIGN(Bytes indexed, AddJpegRestartMarkers(jpeg_));
+  const auto cut = PlanJpegForDecoder(indexed, planner, &scratch);
+  ASSERT_TRUE(cut);
+  EXPECT_TRUE(cut->cut);
+  EXPECT_TRUE(cut->hflip);
+  const Bytes cut_bytes(cut->jpeg.begin(), cut->jpeg.end());
+  const CropRect moved = cut->crop;
+  DecodeScratch other;
+  const auto same = CutJpegAroundCrop(indexed, planner.crop, &other);
+  ASSERT_TRUE(same);
+  EXPECT_EQ(Bytes(same->jpeg.begin(), same->jpeg.end()), cut_bytes);
+  EXPECT_EQ(same->crop, moved);
+  EXPECT_EQ(planner.calls, 2);
+
+  // What the CPU path decodes and reports: none is handed over.
+  std::vector<uint8_t> cmyk(size_t(kW) * kH * 4, 100);
+  const Bytes cmyk_jpeg = EncodeJpegRaw(cmyk.data(), kW, kH, 4, JCS_CMYK);
+  EXPECT_FALSE(PlanJpegForDecoder(cmyk_jpeg, planner, &scratch));
+  EXPECT_FALSE(
+      PlanJpegForDecoder(Bytes(indexed.begin(), indexed.begin() + 100), planner, &scratch));
+  planner.crop = {kW - 10, 0, 20, 20};  // Outside the image.
+  EXPECT_FALSE(PlanJpegForDecoder(indexed, planner, &scratch));
+  const Bytes png = EncodePng(rgb_.data(), kW, kH, PNG_FORMAT_RGB);
+  EXPECT_FALSE(PlanJpegForDecoder(png, planner, &scratch));
 }
 
 }  // namespace

@@ -181,6 +181,22 @@ class CropPlanner {
   virtual CropRect Plan(int width, int height, bool* hflip) = 0;
 };
 
+// What a loader worker hands a decoder of whole images: a gray or YCbCr
+// JPEG's header read once (the worker's decompressor), its crop and flip
+// drawn by `planner`, and the file cut around the crop where
+// CutJpegAroundCrop can. nullopt, with the planner perhaps called, for
+// anything the CPU path must decode (and report): not a JPEG, a header
+// that does not read (warnings count, as in DecodeCropResize), other than
+// 1 or 3 components, a size out of range, a crop outside the image.
+struct PlannedJpeg {
+  std::span<const std::byte> jpeg;  // `encoded`, or its cut (in `scratch`).
+  CropRect crop;                    // In jpeg's pixels.
+  bool hflip = false;
+  bool cut = false;
+};
+std::optional<PlannedJpeg> PlanJpegForDecoder(std::span<const std::byte> encoded,
+                                              CropPlanner& planner, DecodeScratch* scratch);
+
 // As above, with the crop and flip decided by `planner` after the header.
 Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner, int out_width,
                         int out_height, uint8_t* out, DecodeScratch* scratch,
