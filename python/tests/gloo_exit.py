@@ -1,12 +1,13 @@
 """Ending one rank of a Gloo test job without interpreter finalization.
 
-A Gloo process group can outlive destroy_process_group() (a device mesh holds it; Accelerate's
-state too), so only the interpreter's final garbage collection frees it. A Gloo worker thread that drops its last
-collective at that moment (tensors with Python references) cannot take the GIL, and torch aborts
-with "terminate called without an active exception" (docs/checkpoint.md; a core dump's stacks
-were all torch's). leave() first does what finalization would have done that matters here, then
-ends the process: the Python exit handlers (saturate's auto-instrumentation writes its `exit`
-record there) and the trace's last write (a C exit handler otherwise).
+A Gloo worker thread that drops the last reference to a collective that just finished needs
+the GIL (the collective's saved thread-local state holds Python objects). If the main thread
+reaches finalization first, Python ends that thread with a forced unwind through a noexcept
+destructor and torch aborts the rank: "terminate called without an active exception"
+(docs/checkpoint.md; the core dumps' stacks were all torch's). leave() first does what
+finalization would have done that matters here, then ends the process: the Python exit
+handlers (saturate's auto-instrumentation writes its `exit` record there) and the trace's last
+write (a C exit handler otherwise).
 """
 
 import atexit

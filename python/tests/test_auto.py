@@ -379,6 +379,15 @@ def test_output_and_exit_status_unchanged(tmp_path, args):
         assert len(main_process(procs)["steps"]) == 8
 
 
+def test_threads_waiting_for_the_gil_run_before_the_interpreter_finalizes(tmp_path):
+    # A Gloo worker thread that gets the GIL only once finalization has begun aborts the
+    # rank (docs/auto.md); the exit handler of a job that imported torch.distributed gives
+    # such a thread time to run first. Without that wait, OUT is never written.
+    out = tmp_path / "out"
+    ok(run_job([script("thread_at_exit.py"), str(out)], run_dir=tmp_path / "run"))
+    assert out.read_text() == "ran\n"
+
+
 def test_an_unwritable_run_dir_does_not_break_the_job(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")

@@ -59,6 +59,7 @@ import time
 
 FLUSH_NS = 100_000_000  # buffered events are written at least this often
 SYNC_SPAN_NS = 20_000  # host syncs at least this long also get a span of their own
+EXIT_GIL_RELEASE_S = 0.1  # how long the exit handler lets other threads run (_at_exit)
 
 _now = time.monotonic_ns  # CLOCK_MONOTONIC on Linux: the clock of the spans files
 _tid = threading.get_native_id
@@ -1091,6 +1092,15 @@ def _at_exit():
         _w.emit(_counters("exit", {"steps": _steps[0], "error": int(error is not None)},
                           {"exception": _jstr(error)} if error else None))
     _w.flush()
+    # Registered first, this handler runs last, just before the interpreter finalizes. A
+    # torch.distributed worker thread that drops the last reference to a finished
+    # collective may be waiting for the GIL (the collective's saved thread-local state
+    # holds Python objects). If it gets the GIL only once finalization has begun, Python
+    # ends the thread with a forced unwind through a noexcept destructor and torch aborts
+    # the rank ("terminate called without an active exception", docs/auto.md). Letting
+    # go of the GIL here lets such threads finish first.
+    if "torch.distributed" in sys.modules:
+        time.sleep(EXIT_GIL_RELEASE_S)
 
 
 _uncaught = [None]  # "Type: message" of an exception that ended the program
