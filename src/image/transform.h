@@ -162,8 +162,8 @@ Status DecodeCropResize(std::span<const std::byte> encoded, const CropRect& crop
 // whole gives the crop's pixels of the whole file's decode, and
 // DecodeCropResize of the cut at the moved crop gives its bytes up to the
 // resampler's rounding (taps computed in the cut's coordinates). nullopt
-// for anything else: not a JPEG, no usable restart markers, nothing to
-// skip, a header that does not read (the decode reports that); decode the
+// for anything else: what PlanJpegForDecoder (below) refuses or does not
+// cut, such as no usable restart markers or nothing to skip; decode the
 // bytes as they are. The cut lives in `scratch` until its next use.
 struct JpegCut {
   std::span<const std::byte> jpeg;

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""A thread that needs the GIL a moment after the main thread leaves, as a torch.distributed
-worker thread does when it drops the last reference to a collective that just finished.
+"""A one-rank Gloo job whose process group is still up when it ends, and a thread that
+needs the GIL a moment after the main thread leaves, as a Gloo worker thread does when it
+drops the last reference to a collective that just finished.
 
     python thread_at_exit.py OUT     # the thread writes OUT, if it gets to run
 
@@ -10,12 +11,18 @@ the thread when it takes the GIL (the moment torch's threads abort in, docs/auto
 OUT is never written. Knows nothing about saturate.
 """
 
+import os
 import sys
 import threading
 import time
 
-import torch.distributed  # noqa: F401 (a distributed job, as far as imports go)
+import torch
+import torch.distributed as dist
 
+store = sys.argv[1] + ".store"
+dist.init_process_group("gloo", init_method="file://" + os.path.abspath(store), rank=0,
+                        world_size=1)
+dist.all_reduce(torch.ones(4))
 go = threading.Event()
 
 

@@ -59,7 +59,7 @@ import time
 
 FLUSH_NS = 100_000_000  # buffered events are written at least this often
 SYNC_SPAN_NS = 20_000  # host syncs at least this long also get a span of their own
-EXIT_GIL_RELEASE_S = 0.1  # how long the exit handler lets other threads run (_at_exit)
+EXIT_GIL_RELEASE_S = 0.1  # how long the exit handler lets Gloo's threads run (_at_exit)
 
 _now = time.monotonic_ns  # CLOCK_MONOTONIC on Linux: the clock of the spans files
 _tid = threading.get_native_id
@@ -1093,14 +1093,27 @@ def _at_exit():
                           {"exception": _jstr(error)} if error else None))
     _w.flush()
     # Registered first, this handler runs last, just before the interpreter finalizes. A
-    # torch.distributed worker thread that drops the last reference to a finished
-    # collective may be waiting for the GIL (the collective's saved thread-local state
-    # holds Python objects). If it gets the GIL only once finalization has begun, Python
-    # ends the thread with a forced unwind through a noexcept destructor and torch aborts
-    # the rank ("terminate called without an active exception", docs/auto.md). Letting
-    # go of the GIL here lets such threads finish first.
-    if "torch.distributed" in sys.modules:
+    # Gloo worker thread that drops the last reference to a finished collective may be
+    # waiting for the GIL (the collective's saved thread-local state holds Python
+    # objects). If it gets the GIL only once finalization has begun, Python ends the
+    # thread with a forced unwind through a noexcept destructor and torch aborts the rank
+    # ("terminate called without an active exception", docs/auto.md). Letting go of the
+    # GIL here, while such threads are alive, lets them finish first.
+    if "torch.distributed" in sys.modules and _safe(_gloo_threads_alive)():
         time.sleep(EXIT_GIL_RELEASE_S)
+
+
+def _gloo_threads_alive():
+    """Whether a process group's Gloo worker threads still run (torch >= 2 names them
+    pt_gloo_*; a destroyed group's are joined)."""
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/comm" % task) as f:
+                if f.read().startswith("pt_gloo"):
+                    return True
+        except OSError:  # the thread has just ended
+            pass
+    return False
 
 
 _uncaught = [None]  # "Type: message" of an exception that ended the program
