@@ -74,9 +74,9 @@ with open(path, "w") as f:
 accelerator.end_training()
 if torch.distributed.is_initialized():
     torch.distributed.destroy_process_group()
-# Even destroyed, the Gloo group can be freed only in interpreter finalization, where its
-# worker threads can abort the rank ("terminate called without an active exception", seen
-# in CI after this file already destroyed the group). gloo_exit.leave skips finalization.
+# A Gloo thread that still needs the GIL when finalization begins aborts the rank ("terminate
+# called without an active exception", seen in CI after this file had destroyed the group):
+# gloo_exit.leave ends the process without finalization.
 import gloo_exit  # noqa: E402 (beside this file)
 
 gloo_exit.leave(0)

@@ -53,8 +53,8 @@ with open(os.path.join(out_dir, f"rank{trainer.global_rank}.json"), "w") as f:
                "loader": model.loader,
                "labels": model.labels, "steps": callback.steps,
                "weight_sum": float(model.layer.weight.detach().double().sum())}, f)
-# Lightning's DDP teardown leaves the Gloo group to interpreter finalization, where torch can
-# abort the rank (gloo_exit.py); leave without it.
+# A Gloo thread that still needs the GIL when finalization begins aborts the rank
+# (gloo_exit.py): leave without finalization.
 import gloo_exit  # noqa: E402 (beside this file)
 
 gloo_exit.leave(0)
