@@ -15,11 +15,14 @@
 // what nvJPEG then receives: "handover_bytes" and "handover_pixels" as
 // fractions of the files' bytes and pixels, and how many were cut.
 //
-// usage: crop_decode_bench [--crop random|center] [--restart mcu|keep|N]
+// usage: crop_decode_bench [--crop random|center] [--restart mcu|keep|entries|N]
 //                          [--passes P] [--size S] [--handover] DIR_OR_FILE...
 //   --restart mcu (default): AddJpegRestartMarkers, a marker after every
 //   MCU (saturate pack's default); keep: the bytes as given; N >= 0: a
-//   marker after every N MCU rows, 0 for none (optimized tables only).
+//   marker after every N MCU rows, 0 for none (optimized tables only);
+//   entries: the bytes as given, each with its entry table (IndexJpegEntries,
+//   as a dataset's sidecar index holds them; "entry_bytes" is their size and
+//   "index_us_per_image" what making them cost). Its digest is `mcu`'s.
 //   Each pass decodes every file once, after one untimed warm-up pass.
 // Prints one JSON object: {"images": ..., "passes": P, "cpu_us_per_image":
 // best pass, "cpu_us_per_image_median": ..., "bytes": ..., "digest": ...}.
@@ -35,6 +38,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -116,7 +120,7 @@ bool HandOver(const std::vector<std::byte>& f, Planner& planner,
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: crop_decode_bench [--crop random|center] [--restart mcu|keep|N] "
+               "usage: crop_decode_bench [--crop random|center] [--restart mcu|keep|entries|N] "
                "[--passes P] [--size S] [--handover] DIR_OR_FILE...\n");
   return 2;
 }
@@ -154,12 +158,21 @@ int main(int argc, char** argv) {
   if (paths.empty()) return Usage();
   std::sort(paths.begin(), paths.end());
 
-  std::vector<std::vector<std::byte>> files;
-  size_t bytes = 0;
+  std::vector<std::vector<std::byte>> files, entries;
+  size_t bytes = 0, entry_bytes = 0;
+  const bool with_entries = restart == "entries";
+  saturate::image::DecodeScratch scratch;
+  double index_s = 0;
   for (const fs::path& p : paths) {
     std::vector<std::byte> raw = ReadFile(p);
-    if (restart != "keep" &&
-        saturate::image::SniffFormat(raw) == saturate::image::ImageFormat::kJpeg) {
+    if (with_entries) {
+      const double t0 = ThreadCpuSeconds();
+      entries.emplace_back();
+      saturate::image::IndexJpegEntries(raw, &scratch, &entries.back());
+      index_s += ThreadCpuSeconds() - t0;
+      entry_bytes += entries.back().size();
+    } else if (restart != "keep" &&
+               saturate::image::SniffFormat(raw) == saturate::image::ImageFormat::kJpeg) {
       auto marked = restart == "mcu"
                         ? saturate::image::AddJpegRestartMarkers(raw)
                         : saturate::image::AddJpegRestartMarkers(raw, std::atoi(restart.c_str()));
@@ -169,7 +182,6 @@ int main(int argc, char** argv) {
     files.push_back(std::move(raw));
   }
 
-  saturate::image::DecodeScratch scratch;
   std::vector<uint8_t> out(size_t(size) * size * 3);
   uint64_t digest = 0xcbf29ce484222325ull;
   std::vector<double> per_image;
@@ -177,13 +189,15 @@ int main(int argc, char** argv) {
   for (int pass = -1; pass < passes; ++pass) {
     Planner planner(random, size, 1234);  // The same crops every pass.
     const double t0 = ThreadCpuSeconds();
-    for (const auto& f : files) {
+    for (size_t i = 0; i < files.size(); ++i) {
+      const auto& f = files[i];
       if (handover) {
         if (!HandOver(f, planner, &scratch, pass == 0 ? &sent : nullptr)) return 1;
         continue;
       }
-      const saturate::Status s =
-          saturate::image::DecodeCropResize(f, planner, size, size, out.data(), &scratch);
+      const saturate::Status s = saturate::image::DecodeCropResize(
+          f, planner, size, size, out.data(), &scratch, saturate::image::Layout::kHWC,
+          with_entries ? std::span<const std::byte>(entries[i]) : std::span<const std::byte>());
       if (!s.ok()) {
         std::fprintf(stderr, "crop_decode_bench: %s\n", s.ToString().c_str());
         return 1;
@@ -210,8 +224,9 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"images\": %zu, \"passes\": %d, \"crop\": \"%s\", \"restart\": \"%s\", "
       "\"cpu_us_per_image\": %.1f, \"cpu_us_per_image_median\": %.1f, \"bytes\": %zu, "
-      "\"digest\": \"%016llx\"}\n",
+      "\"digest\": \"%016llx\", \"entry_bytes\": %zu, \"index_us_per_image\": %.1f}\n",
       files.size(), passes, random ? "random" : "center", restart.c_str(), sorted.front(),
-      sorted[sorted.size() / 2], bytes, static_cast<unsigned long long>(digest));
+      sorted[sorted.size() / 2], bytes, static_cast<unsigned long long>(digest), entry_bytes,
+      index_s * 1e6 / double(files.size()));
   return 0;
 }

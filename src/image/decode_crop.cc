@@ -16,6 +16,7 @@
 #include "image/color.h"
 #include "image/crop_plan.h"
 #include "image/jpeg_cut.h"
+#include "image/jpeg_entries.h"
 #include "image/jpeg_planes.h"
 #include "image/resample.h"
 #include "image/scratch.h"
@@ -62,9 +63,11 @@ class FixedCrop : public CropPlanner {
 };
 
 // Decodes the crop's region of a JPEG at a planned DCT scale into s.pixels
-// and resizes it into out.
-Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, int out_w,
-                      int out_h, uint8_t* out, bool planar, DecodeScratch::Impl& s) {
+// and resizes it into out; cut around the crop first if it has restart
+// markers or an entry table (`entries`).
+Status DecodeJpegCrop(std::span<const std::byte> encoded, std::span<const std::byte> entries,
+                      CropPlanner& planner, int out_w, int out_h, uint8_t* out, bool planar,
+                      DecodeScratch::Impl& s) {
   jpeg_decompress_struct& c = s.cinfo;
   const auto* data = reinterpret_cast<const unsigned char*>(encoded.data());
   if (!CreateJpeg(s)) return s.JpegError();
@@ -85,20 +88,32 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, CropPlanner& planner, 
   double fx0 = scaled.x0, fx1 = scaled.x1, fy0 = scaled.y0, fy1 = scaled.y1;
   int mcu_x0 = 0, mcu_y0 = 0;
   double dx = 0, dy = 0;  // Where the cut starts, in scaled pixels (whole ones).
+  const size_t start = encoded.size() - c.src->bytes_in_buffer;  // after SOS
   auto grid = RestartGrid(c);
+  std::optional<JpegEntries> entry_table;  // A file without markers, with entries.
+  if (!grid && !entries.empty() && s.cut_restart_index) {
+    entry_table = ParseEntries({reinterpret_cast<const uint8_t*>(entries.data()), entries.size()},
+                               data, encoded.size(), c, start);
+    if (entry_table) grid = entry_table->grid;
+  }
   bool indexed = grid.has_value();  // No rows or columns to skip: it is cut, or whole.
   if (grid) {
     const int margin = HasYccPlanes(c) ? 0 : 1;
-    const McuRange r = RangeAround(*grid, width, height, scale, margin, fx0, fx1, fy0, fy1);
-    const size_t start = encoded.size() - c.src->bytes_in_buffer;  // after SOS
+    McuRange r = RangeAround(*grid, width, height, scale, margin, fx0, fx1, fy0, fy1);
+    if (entry_table) r = entry_table->Align(r, width, height);
     size_t cut_bytes = 0;
     // Cut, unless that skips nothing (or told not to): then it is decoded
-    // whole, and still indexed. A failed index falls back to RGB.
-    if (CutSkipsData(*grid, r) && s.cut_restart_index) {
-      if (!IndexSegments(data, encoded.size(), start, SegmentsThrough(*grid, r), &s.mcu_starts) ||
-          (cut_bytes = CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg)) == 0) {
-        indexed = false;
+    // whole, and still indexed. A failed cut falls back to RGB.
+    const bool skips = entry_table ? entry_table->CutSkipsData(r) : CutSkipsData(*grid, r);
+    if (skips && s.cut_restart_index) {
+      if (entry_table) {
+        cut_bytes = SpliceMcus(data, encoded.size(), c, *entry_table, width, height, r,
+                               &s.splice_bits, &s.roi_jpeg);
+      } else if (IndexSegments(data, encoded.size(), start, SegmentsThrough(*grid, r),
+                               &s.mcu_starts)) {
+        cut_bytes = CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg);
       }
+      indexed = cut_bytes > 0;
     }
     if (cut_bytes > 0) {
       jpeg_abort_decompress(&c);
@@ -201,7 +216,8 @@ Status DecodePngCrop(std::span<const std::byte> encoded, CropPlanner& planner, i
 }  // namespace
 
 Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner, int out_width,
-                        int out_height, uint8_t* out, DecodeScratch* scratch, Layout layout) {
+                        int out_height, uint8_t* out, DecodeScratch* scratch, Layout layout,
+                        std::span<const std::byte> entries) {
   if (out_width <= 0 || out_height <= 0 || out == nullptr || scratch == nullptr) {
     return Status::InvalidArgument("DecodeCropResize: bad output " + std::to_string(out_width) +
                                    "x" + std::to_string(out_height));
@@ -213,7 +229,7 @@ Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner
   const bool planar = layout == Layout::kCHW;
   switch (SniffFormat(encoded)) {
     case ImageFormat::kJpeg:
-      return DecodeJpegCrop(encoded, planner, out_width, out_height, out, planar, s);
+      return DecodeJpegCrop(encoded, entries, planner, out_width, out_height, out, planar, s);
     case ImageFormat::kPng:
       return DecodePngCrop(encoded, planner, out_width, out_height, out, planar, s);
     case ImageFormat::kUnknown:
@@ -257,6 +273,21 @@ std::optional<PlannedJpeg> PlanJpegForDecoder(std::span<const std::byte> encoded
   p.crop.y -= r.r0 * grid->mcu_h;
   p.cut = true;
   return p;
+}
+
+bool IndexJpegEntries(std::span<const std::byte> encoded, DecodeScratch* scratch,
+                      std::vector<std::byte>* out) {
+  DecodeScratch::Impl& s = scratch->impl();
+  if (SniffFormat(encoded) != ImageFormat::kJpeg || !CreateJpeg(s)) return false;
+  AbortOnExit abort_on_exit{&s.cinfo};
+  const auto* data = reinterpret_cast<const unsigned char*>(encoded.data());
+  if (!ReadJpegHeader(data, encoded.size(), s)) return false;
+  const size_t start = encoded.size() - s.cinfo.src->bytes_in_buffer;  // after SOS
+  std::vector<uint8_t> table;
+  if (!ScanEntries(data, encoded.size(), s.cinfo, start, /*every=*/0, &table)) return false;
+  const auto* p = reinterpret_cast<const std::byte*>(table.data());
+  out->insert(out->end(), p, p + table.size());
+  return true;
 }
 
 std::optional<JpegCut> CutJpegAroundCrop(std::span<const std::byte> encoded, const CropRect& crop,

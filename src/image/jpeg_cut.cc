@@ -6,25 +6,9 @@
 #include <cstring>
 
 #include "image/buffer.h"
-#include "image/simd.h"
 
 namespace saturate::image {
 namespace {
-
-// The first 0xFF in p[i, size), or size. Markers come every few dozen
-// bytes here, so an inline 16-byte scan beats a memchr call per marker.
-inline size_t NextFF(const uint8_t* p, size_t i, size_t size) {
-#if defined(__SSE2__)
-  const __m128i ff = _mm_set1_epi8(static_cast<char>(0xFF));
-  for (; i + 16 <= size; i += 16) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
-    const int hits = _mm_movemask_epi8(_mm_cmpeq_epi8(v, ff));
-    if (hits != 0) return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(hits)));
-  }
-#endif
-  while (i < size && p[i] != 0xFF) ++i;
-  return i;
-}
 
 // The offset of the SOF0/SOF1 marker in the header bytes [0, end), or 0
 // unless it is there and gives the size libjpeg read (height, width).
@@ -48,9 +32,8 @@ size_t FindBaselineSof(const uint8_t* p, size_t end, int width, int height) {
 
 }  // namespace
 
-std::optional<McuGrid> RestartGrid(const jpeg_decompress_struct& c) {
-  if (c.restart_interval == 0 || c.progressive_mode || c.arith_code ||
-      c.comps_in_scan != c.num_components) {
+std::optional<McuGrid> ScanGrid(const jpeg_decompress_struct& c) {
+  if (c.progressive_mode || c.arith_code || c.comps_in_scan != c.num_components) {
     return std::nullopt;
   }
   McuGrid g;
@@ -64,10 +47,29 @@ std::optional<McuGrid> RestartGrid(const jpeg_decompress_struct& c) {
   g.mcu_h = c.comps_in_scan == 1 ? 8 : 8 * max_v;
   g.mcus_x = static_cast<int>((c.image_width + g.mcu_w - 1) / g.mcu_w);
   g.mcus_y = static_cast<int>((c.image_height + g.mcu_h - 1) / g.mcu_h);
-  if (c.restart_interval == 1) return g;  // One MCU per segment.
-  if (c.restart_interval % static_cast<unsigned>(g.mcus_x) != 0) return std::nullopt;
-  g.rows_per_segment = static_cast<int>(c.restart_interval / static_cast<unsigned>(g.mcus_x));
   return g;
+}
+
+std::optional<McuGrid> RestartGrid(const jpeg_decompress_struct& c) {
+  auto g = ScanGrid(c);
+  if (!g || c.restart_interval == 0) return std::nullopt;
+  if (c.restart_interval == 1) return g;  // One MCU per segment.
+  if (c.restart_interval % static_cast<unsigned>(g->mcus_x) != 0) return std::nullopt;
+  g->rows_per_segment = static_cast<int>(c.restart_interval / static_cast<unsigned>(g->mcus_x));
+  return g;
+}
+
+uint8_t* StartCut(const uint8_t* jpeg, size_t header, int width, int height, const McuRange& range,
+                  size_t bytes, std::vector<uint8_t>* out) {
+  const size_t sof = FindBaselineSof(jpeg, header, width, height);
+  if (sof == 0) return nullptr;
+  uint8_t* dst = Grow(*out, bytes);
+  std::memcpy(dst, jpeg, header);
+  dst[sof + 5] = static_cast<uint8_t>(range.height >> 8);
+  dst[sof + 6] = static_cast<uint8_t>(range.height);
+  dst[sof + 7] = static_cast<uint8_t>(range.width >> 8);
+  dst[sof + 8] = static_cast<uint8_t>(range.width);
+  return dst + header;
 }
 
 bool IndexSegments(const uint8_t* p, size_t size, size_t start, size_t count,
@@ -96,8 +98,6 @@ bool IndexSegments(const uint8_t* p, size_t size, size_t start, size_t count,
 size_t CutMcus(const uint8_t* jpeg, const std::vector<uint32_t>& starts, const McuGrid& g,
                int width, int height, const McuRange& range, std::vector<uint8_t>* out) {
   const size_t header = starts[0];
-  const size_t sof = FindBaselineSof(jpeg, header, width, height);
-  if (sof == 0) return 0;
   // The segments of a row of segments are adjacent in the source, each
   // followed by its marker: one copy per row, then the markers renumbered
   // from RST0; the last one becomes the EOI. With row segments, a row of
@@ -111,13 +111,8 @@ size_t CutMcus(const uint8_t* jpeg, const std::vector<uint32_t>& starts, const M
   auto end = [&](int r) { return size_t(r) * cols + c1; };
   size_t bytes = header;
   for (int r = r0; r < r1; ++r) bytes += starts[end(r)] - starts[first(r)];
-  uint8_t* dst = Grow(*out, bytes);
-  std::memcpy(dst, jpeg, header);
-  dst[sof + 5] = static_cast<uint8_t>(range.height >> 8);
-  dst[sof + 6] = static_cast<uint8_t>(range.height);
-  dst[sof + 7] = static_cast<uint8_t>(range.width >> 8);
-  dst[sof + 8] = static_cast<uint8_t>(range.width);
-  uint8_t* d = dst + header;
+  uint8_t* d = StartCut(jpeg, header, width, height, range, bytes, out);
+  if (d == nullptr) return 0;
   int n = 0;
   for (int r = r0; r < r1; ++r) {
     const size_t base = starts[first(r)];

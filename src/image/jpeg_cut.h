@@ -21,8 +21,25 @@
 #include <vector>
 
 #include "image/codec_internal.h"  // jpeglib.h, in order
+#include "image/simd.h"
 
 namespace saturate::image {
+
+// The first 0xFF in p[i, size), or size. Markers come every few dozen
+// bytes in a restart-marked file, so an inline 16-byte scan beats a memchr
+// call per marker.
+inline size_t NextFF(const uint8_t* p, size_t i, size_t size) {
+#if defined(__SSE2__)
+  const __m128i ff = _mm_set1_epi8(static_cast<char>(0xFF));
+  for (; i + 16 <= size; i += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+    const int hits = _mm_movemask_epi8(_mm_cmpeq_epi8(v, ff));
+    if (hits != 0) return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(hits)));
+  }
+#endif
+  while (i < size && p[i] != 0xFF) ++i;
+  return i;
+}
 
 struct McuGrid {
   int mcu_w = 0, mcu_h = 0;    // MCU size in image pixels
@@ -36,8 +53,12 @@ struct McuGrid {
   int SegmentRows() const { return rows_per_segment == 0 ? 1 : rows_per_segment; }
 };
 
-// The MCU grid of a JPEG whose header `c` has read, if it is one scan whose
-// restart interval is one MCU or a whole number of MCU rows.
+// The MCU grid of a JPEG whose header `c` has read, if it is one
+// sequential Huffman-coded scan holding every component.
+std::optional<McuGrid> ScanGrid(const jpeg_decompress_struct& c);
+
+// As ScanGrid, if the scan's restart interval is one MCU or a whole number
+// of MCU rows.
 std::optional<McuGrid> RestartGrid(const jpeg_decompress_struct& c);
 
 // Records where entropy-coded segments 0..count-1 start (and, as entry
@@ -70,6 +91,13 @@ bool CutSkipsData(const McuGrid& g, const McuRange& r);
 // header is not one it can rewrite.
 size_t CutMcus(const uint8_t* jpeg, const std::vector<uint32_t>& starts, const McuGrid& g,
                int width, int height, const McuRange& range, std::vector<uint8_t>* out);
+
+// Starts a cut of `range` of the width x height JPEG `jpeg`, whose header
+// (up to its scan's data) is `header` bytes, in `out` (grown to `bytes`):
+// the header with the range's size. Returns where the scan's data goes, or
+// nullptr if the header is not one it can rewrite (no baseline SOF of that size).
+uint8_t* StartCut(const uint8_t* jpeg, size_t header, int width, int height, const McuRange& range,
+                  size_t bytes, std::vector<uint8_t>* out);
 
 // The MCUs covering the whole scaled pixels of the crop [fx0, fx1) x
 // [fy0, fy1) at DCT scale s/8, plus `margin` scaled pixels on each side.

@@ -14,7 +14,7 @@ size_t DecodeScratch::CapacityBytes() const {
   const Impl& s = *impl_;
   return CapacityOf(s.pixels) + s.resample.CapacityBytes() + CapacityOf(s.mcu_starts) +
          CapacityOf(s.roi_jpeg) + CapacityOf(s.planes) + CapacityOf(s.plane_rows) +
-         CapacityOf(s.ycc);
+         CapacityOf(s.ycc) + CapacityOf(s.splice_bits);
 }
 void DecodeScratch::set_only_fast_dct_scales(bool only_fast) {
   impl_->only_fast_dct_scales = only_fast;

@@ -39,6 +39,7 @@ struct DecodeScratch::Impl {
   // the smaller JPEG of the MCUs around the crop that is decoded instead.
   std::vector<uint32_t> mcu_starts;
   std::vector<uint8_t> roi_jpeg;
+  std::vector<uint8_t> splice_bits;  // A JPEG cut on an entry table: a run's unstuffed bits.
   // YCbCr JPEGs (DecodeJpegPlanes): the decoded components, libjpeg's row
   // pointers into them, and the resized components.
   std::vector<uint8_t> planes;

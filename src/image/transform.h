@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "saturate/base/status.h"
 
@@ -198,9 +199,22 @@ std::optional<PlannedJpeg> PlanJpegForDecoder(std::span<const std::byte> encoded
                                               CropPlanner& planner, DecodeScratch* scratch);
 
 // As above, with the crop and flip decided by `planner` after the header.
+// `entries`: the JPEG's entry table (IndexJpegEntries), if it has one: a
+// JPEG without restart markers is then cut around the crop as a
+// restart-marked one is, and gives the bytes of the restart-marked copy.
+// A table that does not fit the JPEG is ignored (the file decoded as is).
 Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner, int out_width,
                         int out_height, uint8_t* out, DecodeScratch* scratch,
-                        Layout layout = Layout::kHWC);
+                        Layout layout = Layout::kHWC, std::span<const std::byte> entries = {});
+
+// Appends to `out` the entry table of a baseline JPEG without restart
+// markers (jpeg_entries.h: where every few MCUs' bits start, about 3% of the
+// file), for DecodeCropResize to cut it around crops without rewriting it.
+// Reading it costs about one decode of the file's entropy-coded data. False,
+// appending nothing, for anything else (PNG, progressive or restart-marked
+// JPEG, a stream that does not parse).
+bool IndexJpegEntries(std::span<const std::byte> encoded, DecodeScratch* scratch,
+                      std::vector<std::byte>* out);
 
 // Resizes the `crop` of interleaved RGB8 pixels (width x height) to
 // out_width x out_height with an antialiased bilinear (triangle) filter whose
