@@ -13,8 +13,8 @@ if [[ -z ${FUZZ_BUILD_DIR:-} ]]; then
     -DSATURATE_BUILD_TESTS=OFF -DSATURATE_WITH_CUDA=OFF \
     -DSATURATE_SANITIZE='address;undefined' >/dev/null
 fi
-targets=(shard_fuzz manifest_fuzz idx_fuzz table_fuzz image_fuzz procfs_fuzz run_fuzz job_fuzz manifest_ckpt_fuzz remote_url_fuzz
-  tar_index_fuzz tfrecord_fuzz)
+targets=(shard_fuzz manifest_fuzz idx_fuzz table_fuzz image_fuzz jpeg_entries_fuzz procfs_fuzz run_fuzz job_fuzz
+  manifest_ckpt_fuzz remote_url_fuzz tar_index_fuzz tfrecord_fuzz)
 cmake --build "$build" -j "$JOBS" --target "${targets[@]}"
 mkdir -p "$build/artifacts"
 for t in "${targets[@]}"; do

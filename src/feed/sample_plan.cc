@@ -169,8 +169,9 @@ Result<SamplePlan> SamplePlan::Create(const format::Schema& schema,
 }
 
 Status SamplePlan::WriteImage(const Output& out, std::span<const std::byte> bytes,
-                              uint64_t record_index, uint64_t seed, uint64_t epoch, uint64_t slot,
-                              std::byte* dst, SampleScratch* scratch, StageTimes* times) const {
+                              std::span<const std::byte> entries, uint64_t record_index,
+                              uint64_t seed, uint64_t epoch, uint64_t slot, std::byte* dst,
+                              SampleScratch* scratch, StageTimes* times) const {
   const ImageTransform& t = out.options.image;
   // The crop is drawn once the decoder has read the image size: one stream
   // per (sample, field), crop first, then flip, as torchvision draws them.
@@ -218,7 +219,7 @@ Status SamplePlan::WriteImage(const Output& out, std::span<const std::byte> byte
   uint8_t* rgb = direct ? reinterpret_cast<uint8_t*>(dst) : scratch->pixels.data();
   SATURATE_RETURN_IF_ERROR(
       image::DecodeCropResize(bytes, planner, t.width, t.height, rgb, &scratch->decode,
-                              direct ? ImageLayout(t.layout) : image::Layout::kHWC));
+                              direct ? ImageLayout(t.layout) : image::Layout::kHWC, entries));
   times->Lap(&times->decode_ns);
   if (!direct) {
     image::ConvertPixels(rgb, t.height, t.width, t.normalize ? t.mean.data() : nullptr,
@@ -237,7 +238,8 @@ Status SamplePlan::WriteSample(const format::Record& record, uint64_t record_ind
     std::span<const std::byte> src = record.field(out.field);
     switch (out.kind) {
       case Kind::kImage: {
-        Status s = WriteImage(out, src, record_index, seed, epoch, slot, dst, scratch, times);
+        Status s = WriteImage(out, src, record.jpeg_entries(out.field), record_index, seed, epoch,
+                              slot, dst, scratch, times);
         if (!s.ok()) return s.WithContext("field '" + out.name + "': decode");
         break;
       }

@@ -114,9 +114,10 @@ class SamplePlan {
                                  uint64_t count, uint64_t* kept) const;
 
  private:
-  Status WriteImage(const Output& out, std::span<const std::byte> bytes, uint64_t record_index,
-                    uint64_t seed, uint64_t epoch, uint64_t slot, std::byte* dst,
-                    SampleScratch* scratch, StageTimes* times) const;
+  Status WriteImage(const Output& out, std::span<const std::byte> bytes,
+                    std::span<const std::byte> entries, uint64_t record_index, uint64_t seed,
+                    uint64_t epoch, uint64_t slot, std::byte* dst, SampleScratch* scratch,
+                    StageTimes* times) const;
 
   void WriteArray(const Output& out, std::span<const std::byte> src, std::byte* dst) const;
 

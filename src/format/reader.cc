@@ -296,6 +296,12 @@ Result<Record> Dataset::GetSource(uint64_t index) const {
   rec.bytes_ = out;
   rec.num_fields_ = s.fields.size();
   rec.index_ = index;
+  if (!sample.image_entries.empty()) {
+    for (size_t i = 0; i < s.fields.size(); ++i) {
+      if (s.fields[i].kind == FieldKind::kImage) rec.entries_field_ = i;
+    }
+    rec.jpeg_entries_ = sample.image_entries;
+  }
   return rec;
 }
 

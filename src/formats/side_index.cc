@@ -13,7 +13,7 @@ namespace saturate::formats {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'A', 'T', 'F', 'I', 'D', 'X', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 1: no JPEG tables (still read)
 constexpr uint64_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 8;
 
 template <typename T>
@@ -36,6 +36,10 @@ class Cursor {
     s->assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
     pos_ += n;
     return true;
+  }
+  void GetBytes(size_t n, std::byte* out) {  // n <= left()
+    std::memcpy(out, b_.data() + pos_, n);
+    pos_ += n;
   }
   size_t left() const { return b_.size() - pos_; }
 
@@ -70,6 +74,12 @@ std::string EncodeFileIndex(const FileIndex& index) {
     Put(&out, static_cast<uint32_t>(e.name.size()));
     out += e.name;
   }
+  Put(&out, static_cast<uint8_t>(index.has_jpeg_tables));
+  if (index.has_jpeg_tables) {
+    Put(&out, static_cast<uint64_t>(index.jpeg_table_starts.size() - 1));
+    for (uint64_t start : index.jpeg_table_starts) Put(&out, start);
+    out.append(reinterpret_cast<const char*>(index.jpeg_tables.data()), index.jpeg_tables.size());
+  }
   Put(&out, static_cast<uint64_t>(XXH3_64bits(out.data(), out.size())));
   return out;
 }
@@ -91,7 +101,7 @@ Result<FileIndex> DecodeFileIndex(std::span<const std::byte> bytes, const std::s
   c.Get(&index.data_size);
   c.Get(&index.data_mtime_ns);
   c.Get(&count);
-  if (version != kVersion) return bad("index version " + std::to_string(version));
+  if (version != 1 && version != kVersion) return bad("index version " + std::to_string(version));
   if (count > c.left() / 20) return bad("entry count " + std::to_string(count) + " too large");
   index.entries.resize(count);
   for (IndexEntry& e : index.entries) {
@@ -102,6 +112,26 @@ Result<FileIndex> DecodeFileIndex(std::span<const std::byte> bytes, const std::s
     if (e.offset > index.data_size || e.size > index.data_size - e.offset) {
       return bad("entry outside the data file");
     }
+  }
+  uint8_t has = 0;
+  if (version >= 2 && (!c.Get(&has) || has > 1)) return bad("truncated JPEG tables");
+  if (has == 1) {
+    uint64_t samples = 0;
+    if (!c.Get(&samples) || samples >= c.left() / 8) return bad("truncated JPEG tables");
+    index.jpeg_table_starts.resize(samples + 1);
+    for (uint64_t& start : index.jpeg_table_starts) c.Get(&start);
+    const uint64_t blob = c.left();
+    for (size_t s = 0; s < samples; ++s) {
+      if (index.jpeg_table_starts[s] > index.jpeg_table_starts[s + 1]) {
+        return bad("JPEG table " + std::to_string(s) + " ends before it starts");
+      }
+    }
+    if (index.jpeg_table_starts[0] != 0 || index.jpeg_table_starts[samples] != blob) {
+      return bad("JPEG tables do not fill their " + std::to_string(blob) + " bytes");
+    }
+    index.jpeg_tables.resize(blob);
+    if (blob > 0) c.GetBytes(blob, index.jpeg_tables.data());
+    index.has_jpeg_tables = true;
   }
   if (c.left() != 0) return bad("trailing bytes");
   return index;

@@ -3,8 +3,12 @@
 // not scan it again.
 //
 //   index   := magic "SATFIDX1" | version u32 | kind u32 | data_size u64 |
-//              data_mtime_ns i64 | count u64 | entry* | xxh3 u64 (of all before)
+//              data_mtime_ns i64 | count u64 | entry* | tables | xxh3 u64 (of all before)
 //   entry   := offset u64 | size u64 | name_length u32 | name bytes
+//   tables  := (version 2) has u8 | [samples u64 | start u64 * (samples + 1) | blob]
+// `tables` holds each sample's JPEG entry table (image/transform.h,
+// IndexJpegEntries; empty where its image has none), back to back in
+// `blob`; a version-1 index has none, and gets them when next opened.
 //
 // An index is used only when its checksum holds and the data file's size and
 // mtime equal the stamped ones; otherwise it is rebuilt. Writes go to a
@@ -35,6 +39,18 @@ struct FileIndex {
   uint64_t data_size = 0;
   int64_t data_mtime_ns = 0;
   std::vector<IndexEntry> entries;
+  // Per sample: its image's JPEG entry table is jpeg_tables[starts[s],
+  // starts[s + 1]) (empty: none). Both empty until they are made.
+  bool has_jpeg_tables = false;
+  std::vector<std::byte> jpeg_tables;
+  std::vector<uint64_t> jpeg_table_starts;
+
+  std::span<const std::byte> JpegTable(uint64_t sample) const {
+    if (!has_jpeg_tables || sample + 1 >= jpeg_table_starts.size()) return {};
+    return std::span(jpeg_tables)
+        .subspan(jpeg_table_starts[sample],
+                 jpeg_table_starts[sample + 1] - jpeg_table_starts[sample]);
+  }
 };
 
 std::string EncodeFileIndex(const FileIndex& index);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <charconv>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "base/file.h"
@@ -15,6 +16,7 @@
 #include "formats/side_index.h"
 #include "formats/tar_index.h"
 #include "formats/tfrecord.h"
+#include "image/transform.h"
 
 namespace saturate::formats {
 namespace {
@@ -76,16 +78,27 @@ int64_t MtimeNs(const std::string& path) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
+// Runs fn(i) for every i in [0, n), on up to `threads` threads.
+void ParallelFor(size_t n, size_t threads, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
+  };
+  std::vector<std::jthread> pool;
+  for (size_t t = 1; t < std::min(threads, n); ++t) pool.emplace_back(work);
+  work();
+}
+
 }  // namespace
 
 struct Source::File {
   std::string path, name;
   std::unique_ptr<ReadOnlyFile> data;
-  std::vector<IndexEntry> entries;  // tar members or TFRecord records
+  FileIndex index;  // tar members or TFRecord records, and the samples' JPEG tables
   // WebDataset: sample s holds members [first[s], first[s + 1]) and keys[s].
   std::vector<uint32_t> first;
   std::vector<std::string> keys;
-  uint64_t samples() const { return keys.empty() ? entries.size() : keys.size(); }
+  uint64_t samples() const { return keys.empty() ? index.entries.size() : keys.size(); }
 };
 
 bool IsGzipName(const std::string& file) { return EndsWith(file, ".gz") || EndsWith(file, ".tgz"); }
@@ -142,9 +155,11 @@ Result<SourceSpec> ParseSourceSpec(const std::string& path, const SourceOptions&
       spec.options.image_key = v;
     } else if (k == "label_key") {
       spec.options.label_key = v;
+    } else if (k == "jpeg_index" && (v == "0" || v == "1")) {
+      spec.options.index_jpeg = v == "1";
     } else {
-      return Status::InvalidArgument(path + ": unknown key '" + k +
-                                     "' (known: image_key, label_key)");
+      return Status::InvalidArgument(path + ": unknown key '" + kv +
+                                     "' (known: image_key=, label_key=, jpeg_index=0|1)");
     }
     start = end + 1;
   }
@@ -163,8 +178,7 @@ namespace {
 
 // Opens a data file and finds or builds its index.
 Status OpenFile(SourceFormat format, const SourceOptions& options, bool* built,
-                std::unique_ptr<ReadOnlyFile>* data, std::vector<IndexEntry>* entries,
-                const std::string& path) {
+                std::unique_ptr<ReadOnlyFile>* data, FileIndex* out, const std::string& path) {
   SATURATE_ASSIGN_OR_RETURN(*data, ReadOnlyFile::Open(path, true));
   const uint32_t kind = format == SourceFormat::kWebDataset ? kKindTar : kKindTfrecord;
   const uint64_t size = (*data)->size();
@@ -177,7 +191,7 @@ Status OpenFile(SourceFormat format, const SourceOptions& options, bool* built,
       auto index = DecodeFileIndex(std::as_bytes(std::span(text->data(), text->size())), c);
       if (index.ok() && index->kind == kind && index->data_size == size &&
           index->data_mtime_ns == mtime) {
-        *entries = std::move(index->entries);
+        *out = std::move(*index);
         *built = false;
         return Status::OK();
       }
@@ -197,8 +211,10 @@ Status OpenFile(SourceFormat format, const SourceOptions& options, bool* built,
     SATURATE_ASSIGN_OR_RETURN(std::vector<TfrecordSpan> spans, ScanTfrecord(bytes));
     for (const TfrecordSpan& s : spans) index.entries.push_back({"", s.offset, s.length});
   }
+  // Saved now, and again with the JPEG tables (MakeJpegTables), so that
+  // a job stopped in between keeps the offsets.
   if (options.write_index) SaveFileIndex(index, candidates);
-  *entries = std::move(index.entries);
+  *out = std::move(index);
   return Status::OK();
 }
 
@@ -247,24 +263,16 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
   src->files_.resize(n);
   std::vector<Status> results(n);
   std::vector<char> built(n, 0);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < n;) {
-      auto file = std::make_unique<File>();
-      file->path = spec.files[i];
-      file->name = names != nullptr && i < names->size() ? (*names)[i] : spec.files[i];
-      bool b = false;
-      results[i] = OpenFile(spec.format, spec.options, &b, &file->data, &file->entries, file->path)
-                       .WithContext(file->name);
-      built[i] = b;
-      src->files_[i] = std::move(file);
-    }
-  };
-  {
-    std::vector<std::jthread> pool;
-    for (size_t t = 1; t < std::min<size_t>(8, n); ++t) pool.emplace_back(work);
-    work();
-  }
+  ParallelFor(n, 8, [&](size_t i) {
+    auto file = std::make_unique<File>();
+    file->path = spec.files[i];
+    file->name = names != nullptr && i < names->size() ? (*names)[i] : spec.files[i];
+    bool b = false;
+    results[i] = OpenFile(spec.format, spec.options, &b, &file->data, &file->index, file->path)
+                     .WithContext(file->name);
+    built[i] = b;
+    src->files_[i] = std::move(file);
+  });
   for (size_t i = 0; i < n; ++i) {
     SATURATE_RETURN_IF_ERROR(results[i]);
     src->indexes_built_ += built[i];
@@ -273,16 +281,16 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
   if (spec.format == SourceFormat::kWebDataset) {
     for (auto& file : src->files_) {
       std::string last;
-      for (size_t m = 0; m < file->entries.size(); ++m) {
+      for (size_t m = 0; m < file->index.entries.size(); ++m) {
         std::string key, ext;
-        if (!SplitSampleName(file->entries[m].name, &key, &ext)) continue;
+        if (!SplitSampleName(file->index.entries[m].name, &key, &ext)) continue;
         if (file->keys.empty() || key != last) {
           file->keys.push_back(key);
           file->first.push_back(static_cast<uint32_t>(m));
           last = key;
         }
       }
-      file->first.push_back(static_cast<uint32_t>(file->entries.size()));
+      file->first.push_back(static_cast<uint32_t>(file->index.entries.size()));
     }
   }
   for (auto& file : src->files_) {
@@ -304,11 +312,12 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
     } else {
       // Records that fail their checks are left out of the probe: Read()
       // reports them (or --skip-bad skips them) like any other.
-      std::vector<std::vector<std::byte>> scratch(std::min(kProbeSamples, first->entries.size()));
+      std::vector<std::vector<std::byte>> scratch(
+          std::min(kProbeSamples, first->index.entries.size()));
       std::vector<std::span<const std::byte>> probe;
       Status first_error;
       for (size_t r = 0; r < scratch.size(); ++r) {
-        auto data = RecordData(*first->data, first->entries[r], r, true, &scratch[r]);
+        auto data = RecordData(*first->data, first->index.entries[r], r, true, &scratch[r]);
         if (data.ok()) {
           probe.push_back(*data);
         } else if (first_error.ok()) {
@@ -322,11 +331,11 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
     }
     src->schema_ = std::move(plan.schema);
     src->features_ = std::move(plan.features);
-    return src;
+    return Finish(std::move(src));
   }
   if (schema != nullptr) {
     src->schema_ = *schema;
-    return src;
+    return Finish(std::move(src));
   }
   // WebDataset: the fields of the first samples.
   bool image = false, label = false;
@@ -334,7 +343,7 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
   for (size_t s = 0; s < std::min(kProbeSamples, first->keys.size()); ++s) {
     for (uint32_t m = first->first[s]; m < first->first[s + 1]; ++m) {
       std::string key, ext;
-      if (!SplitSampleName(first->entries[m].name, &key, &ext)) continue;
+      if (!SplitSampleName(first->index.entries[m].name, &key, &ext)) continue;
       if (IsImageExtension(ext)) {
         image = true;
       } else if (ext == "cls") {
@@ -357,7 +366,61 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
     if (ext == "key" || ext == "image" || ext == "label") continue;
     src->schema_.fields.push_back(FieldSpec{ext, FieldKind::kBytes});
   }
+  return Finish(std::move(src));
+}
+
+Result<std::unique_ptr<Source>> Source::Finish(std::unique_ptr<Source> src) {
+  const auto& fields = src->schema_.fields;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (fields[i].kind == FieldKind::kImage) src->image_field_ = i;
+  }
+  if (src->options_.index_jpeg && src->image_field_ < fields.size()) src->MakeJpegTables();
   return src;
+}
+
+void Source::MakeJpegTables() {
+  // Work in chunks of samples, so that one large file uses every core.
+  constexpr uint64_t kChunk = 512;
+  struct Chunk {
+    File* file;
+    uint64_t file_number, first, end;
+    std::vector<std::byte> tables;
+    std::vector<uint64_t> ends;  // where each sample's table ends in `tables`
+  };
+  std::vector<Chunk> chunks;
+  for (size_t f = 0; f < files_.size(); ++f) {
+    File& file = *files_[f];
+    if (file.index.has_jpeg_tables) continue;
+    for (uint64_t s = 0; s < file.samples(); s += kChunk) {
+      chunks.push_back({&file, f, s, std::min(file.samples(), s + kChunk), {}, {}});
+    }
+  }
+  if (chunks.empty()) return;
+  ParallelFor(chunks.size(), std::max(1u, std::thread::hardware_concurrency()), [&](size_t c) {
+    Chunk& k = chunks[c];
+    image::DecodeScratch scratch;
+    Sample sample;
+    for (uint64_t s = k.first; s < k.end; ++s) {
+      // A sample that does not read gets no table: loading reports it.
+      if (Read(file_start_[k.file_number] + s, &sample).ok()) {
+        image::IndexJpegEntries(sample.fields[image_field_], &scratch, &k.tables);
+      }
+      k.ends.push_back(k.tables.size());
+    }
+  });
+  for (const Chunk& k : chunks) {
+    FileIndex& index = k.file->index;
+    if (k.first == 0) index.jpeg_table_starts.assign(1, 0);
+    const uint64_t base = index.jpeg_tables.size();
+    index.jpeg_tables.insert(index.jpeg_tables.end(), k.tables.begin(), k.tables.end());
+    for (uint64_t end : k.ends) index.jpeg_table_starts.push_back(base + end);
+    if (k.end == k.file->samples()) {
+      index.has_jpeg_tables = true;
+      if (options_.write_index) {
+        SaveFileIndex(index, IndexCandidates(k.file->path, options_.index_dir));
+      }
+    }
+  }
 }
 
 std::pair<const Source::File*, uint64_t> Source::Locate(uint64_t index) const {
@@ -382,9 +445,13 @@ Status Source::Read(uint64_t index, Sample* sample) const {
   sample->fields.clear();
   sample->owned.clear();
   sample->keep.reset();
+  sample->image_entries = {};
   const auto [file, local] = Locate(index);
-  return format_ == SourceFormat::kWebDataset ? ReadWebDataset(*file, local, sample)
-                                              : ReadTfrecord(*file, local, sample);
+  SATURATE_RETURN_IF_ERROR(format_ == SourceFormat::kWebDataset
+                               ? ReadWebDataset(*file, local, sample)
+                               : ReadTfrecord(*file, local, sample));
+  if (options_.index_jpeg) sample->image_entries = file->index.JpegTable(local);
+  return Status::OK();
 }
 
 Status Source::ReadWebDataset(const File& file, uint64_t local, Sample* sample) const {
@@ -403,11 +470,11 @@ Status Source::ReadWebDataset(const File& file, uint64_t local, Sample* sample) 
     const IndexEntry* member = nullptr;
     for (uint32_t m = file.first[local]; m < file.first[local + 1] && member == nullptr; ++m) {
       std::string k, ext;
-      if (!SplitSampleName(file.entries[m].name, &k, &ext)) continue;
+      if (!SplitSampleName(file.index.entries[m].name, &k, &ext)) continue;
       const bool match = spec.name == "image"   ? IsImageExtension(ext)
                          : spec.name == "label" ? ext == "cls"
                                                 : ext == spec.name;
-      if (match) member = &file.entries[m];
+      if (match) member = &file.index.entries[m];
     }
     if (member == nullptr) {
       if (spec.kind == FieldKind::kBytes) continue;  // an optional text field: empty
@@ -448,8 +515,8 @@ Status Source::ReadWebDataset(const File& file, uint64_t local, Sample* sample) 
 
 Status Source::ReadTfrecord(const File& file, uint64_t local, Sample* sample) const {
   sample->owned.emplace_back();
-  auto data =
-      RecordData(*file.data, file.entries[local], local, options_.verify, &sample->owned.back());
+  auto data = RecordData(*file.data, file.index.entries[local], local, options_.verify,
+                         &sample->owned.back());
   if (!data.ok()) return data.status().WithContext(file.name);
   Status s = ExtractExample(*data, schema_, features_, sample);
   if (!s.ok()) return s.WithContext(file.name + ": record " + std::to_string(local));
@@ -460,12 +527,12 @@ void Source::Prefetch(uint64_t index, uint64_t max_bytes) const {
   if (index >= total_) return;
   const auto [file, local] = Locate(index);
   if (format_ == SourceFormat::kTfrecord) {
-    const IndexEntry& e = file->entries[local];
+    const IndexEntry& e = file->index.entries[local];
     file->data->Prefetch(e.offset, std::min(max_bytes, e.size + kTfrecordHeaderBytes));
     return;
   }
   for (uint32_t m = file->first[local]; m < file->first[local + 1]; ++m) {
-    const IndexEntry& e = file->entries[m];
+    const IndexEntry& e = file->index.entries[m];
     file->data->Prefetch(e.offset, std::min(max_bytes, e.size));
   }
 }

@@ -5,7 +5,9 @@
 
 #include "base/testing.h"
 #include "formats/example.h"
+#include "formats/side_index.h"
 #include "formats/test_util.h"
+#include "image/codec.h"
 
 namespace saturate::formats {
 namespace {
@@ -153,6 +155,92 @@ TEST(Source, TfrecordReadAndBadCrc) {
   SATURATE_ASSERT_OK((*bad)->Read(3, &s));
   auto keys = Source::Open(dir.Join("train-0.tfrecord?image_key=nope"), Local(dir));
   EXPECT_TRUE(HasError(keys.status(), StatusCode::kInvalidArgument, {"'nope'", "--image-key"}));
+}
+
+// A small baseline JPEG of a gradient, as a string (a tar member's bytes).
+std::string GradientJpeg(int seed) {
+  std::vector<uint8_t> px(64 * 48 * 3);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * (seed + 3) / 7);
+  auto jpeg = image::EncodeJpeg(px.data(), 64, 48, 90);
+  EXPECT_TRUE(jpeg.ok());
+  return std::string(reinterpret_cast<const char*>(jpeg->data()), jpeg->size());
+}
+
+// Each sample's JPEG entry table is made with the index, saved in it and
+// read back; an index without tables gets them; jpeg_index=0 neither makes
+// nor hands them out. A member that is no baseline JPEG has none.
+TEST(Source, JpegTablesAreMadeWithTheIndexAndKept) {
+  TempDir dir;
+  WriteFile(dir.Join("a.tar"), MakeTar({{"x.jpg", GradientJpeg(1)},
+                                        {"x.cls", "1"},
+                                        {"y.jpg", "not a JPEG"},
+                                        {"y.cls", "2"},
+                                        {"z.jpg", GradientJpeg(2)},
+                                        {"z.cls", "3"}}));
+  auto tables = [&](const Source& src) {
+    std::vector<size_t> sizes;
+    Sample s;
+    for (uint64_t i = 0; i < src.size(); ++i) {
+      EXPECT_TRUE(src.Read(i, &s).ok());
+      sizes.push_back(s.image_entries.size());
+    }
+    return sizes;
+  };
+  auto src = Source::Open(dir.Join("a.tar"), Local(dir));
+  SATURATE_ASSERT_OK(src.status());
+  const std::vector<size_t> made = tables(**src);
+  ASSERT_EQ(made.size(), 3u);
+  EXPECT_GT(made[0], 0u);
+  EXPECT_EQ(made[1], 0u);
+  EXPECT_GT(made[2], 0u);
+  std::string bytes = ::saturate::testing::ReadFileOrFail(dir.Join("a.tar.satidx"));
+  SATURATE_ASSERT_OK_AND_ASSIGN(
+      FileIndex saved, DecodeFileIndex(std::as_bytes(std::span(bytes.data(), bytes.size())), "x"));
+  EXPECT_TRUE(saved.has_jpeg_tables);
+  EXPECT_EQ(saved.JpegTable(2).size(), made[2]);
+
+  auto again = Source::Open(dir.Join("a.tar"), Local(dir));
+  SATURATE_ASSERT_OK(again.status());
+  EXPECT_EQ((*again)->indexes_built(), 0u);
+  EXPECT_EQ(tables(**again), made);
+
+  // The offsets alone (as a version-1 index holds them): the tables are
+  // made and the index saved again with them.
+  saved.has_jpeg_tables = false;
+  saved.jpeg_tables.clear();
+  saved.jpeg_table_starts.clear();
+  ASSERT_TRUE(SaveFileIndex(saved, {dir.Join("a.tar.satidx")}));
+  auto upgraded = Source::Open(dir.Join("a.tar"), Local(dir));
+  SATURATE_ASSERT_OK(upgraded.status());
+  EXPECT_EQ((*upgraded)->indexes_built(), 0u);
+  EXPECT_EQ(tables(**upgraded), made);
+  bytes = ::saturate::testing::ReadFileOrFail(dir.Join("a.tar.satidx"));
+  SATURATE_ASSERT_OK_AND_ASSIGN(
+      saved, DecodeFileIndex(std::as_bytes(std::span(bytes.data(), bytes.size())), "x"));
+  EXPECT_TRUE(saved.has_jpeg_tables);
+
+  auto off = Source::Open(dir.Join("a.tar?jpeg_index=0"), Local(dir));
+  SATURATE_ASSERT_OK(off.status());
+  EXPECT_EQ(tables(**off), std::vector<size_t>(3, 0));
+}
+
+// Tables whose starts do not add up are refused, never used.
+TEST(SideIndex, JpegTablesRoundTripAndBadStartsAreRefused) {
+  FileIndex index{1, 100, 5, {{"a.jpg", 0, 10}, {"b.jpg", 20, 10}}};
+  index.has_jpeg_tables = true;
+  index.jpeg_tables = {std::byte{1}, std::byte{2}, std::byte{3}};
+  index.jpeg_table_starts = {0, 2, 3};
+  const std::string bytes = EncodeFileIndex(index);
+  SATURATE_ASSERT_OK_AND_ASSIGN(
+      FileIndex back, DecodeFileIndex(std::as_bytes(std::span(bytes.data(), bytes.size())), "i"));
+  EXPECT_EQ(back.JpegTable(0).size(), 2u);
+  EXPECT_EQ(back.JpegTable(1)[0], std::byte{3});
+  EXPECT_TRUE(back.JpegTable(2).empty());
+  index.jpeg_table_starts = {0, 3, 2};
+  const std::string bad = EncodeFileIndex(index);
+  EXPECT_TRUE(
+      HasError(DecodeFileIndex(std::as_bytes(std::span(bad.data(), bad.size())), "i").status(),
+               StatusCode::kCorruption, {"JPEG table 1 ends before it starts"}));
 }
 
 }  // namespace

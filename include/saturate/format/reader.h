@@ -65,6 +65,11 @@ class Record {
   uint64_t index() const { return index_; }
   size_t num_fields() const { return num_fields_; }
   std::span<const std::byte> field(size_t i) const;
+  // Field i's JPEG entry table (image/transform.h), when the dataset's index
+  // has one for it (datasets read where they lie); else empty.
+  std::span<const std::byte> jpeg_entries(size_t i) const {
+    return i == entries_field_ ? jpeg_entries_ : std::span<const std::byte>();
+  }
 
   // Typed views; the caller must know the field's type from the schema.
   int64_t int64_at(size_t i) const { return Load<int64_t>(field(i)); }
@@ -88,6 +93,8 @@ class Record {
   size_t num_fields_ = 0;
   uint64_t index_ = 0;
   std::shared_ptr<std::byte[]> owned_;  // pread mode only
+  size_t entries_field_ = SIZE_MAX;
+  std::span<const std::byte> jpeg_entries_;  // points into the Dataset's source
 };
 
 class Dataset {

@@ -22,6 +22,11 @@
 // field per other feature: bytes, int64/float32 when every probed record has
 // one value, else int64[]/float32[].
 //
+// The index also holds, per sample, its image's JPEG entry table (made
+// after the offsets, in parallel, about one decode of each image; see
+// SourceOptions::index_jpeg), so that such a JPEG is cut around its crop
+// as a restart-marked one is.
+//
 // Uncompressed files are memory-mapped and stay open (Open() raises the
 // soft limit on open files toward the hard one when there are many); gzip'd
 // ones can only be packed (Open() says so). Errors name the file, the member or record, and the
@@ -57,6 +62,11 @@ struct SourceOptions {
   std::string index_dir;
   bool write_index = true;  // false: build in memory only
   bool verify = true;       // TFRecord: check both CRCs on every read
+  // With the index, make each image's JPEG entry table (about one decode of
+  // each image, once; saved in the index): a JPEG without restart markers
+  // is then decoded only around its crop. false (pattern key `jpeg_index=0`):
+  // neither made nor used.
+  bool index_jpeg = true;
 };
 
 // What a pattern names, before any file is opened.
@@ -84,6 +94,9 @@ struct Sample {
   std::vector<std::span<const std::byte>> fields;
   std::vector<std::vector<std::byte>> owned;  // storage some views point into
   std::shared_ptr<const void> keep;           // other storage views point into
+  // The image field's JPEG entry table (image/transform.h), if it has one;
+  // it points into the Source.
+  std::span<const std::byte> image_entries;
 };
 
 class Source {
@@ -120,6 +133,8 @@ class Source {
  private:
   struct File;
   Source() = default;
+  static Result<std::unique_ptr<Source>> Finish(std::unique_ptr<Source> src);
+  void MakeJpegTables();
   std::pair<const File*, uint64_t> Locate(uint64_t index) const;
   Status ReadWebDataset(const File& file, uint64_t local, Sample* sample) const;
   Status ReadTfrecord(const File& file, uint64_t local, Sample* sample) const;
@@ -132,6 +147,7 @@ class Source {
   std::vector<uint64_t> file_start_;
   uint64_t total_ = 0;
   size_t indexes_built_ = 0;
+  size_t image_field_ = SIZE_MAX;  // the schema's image field, if any
 };
 
 }  // namespace saturate::formats
