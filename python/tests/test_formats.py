@@ -163,18 +163,30 @@ def test_tfrecord_pack_and_direct_reading_equal_the_source(tmp_path):
     # libjpeg-turbo in both; the loader's and PIL's upsampling may round differently.
     assert np.abs(direct_images.astype(int) - decoded(sources).astype(int)).mean() < 2.0
 
+    # Packed with the JPEG bytes as they are: the bytes of direct reading without the
+    # index's JPEG entry tables (decoded the same way, whole).
     out = str(tmp_path / "imagenet.sat")
     run("pack", pattern, out, "--keep-jpeg-bytes", "-q")
     images, labels = read_all(out, BOXES)
-    assert np.array_equal(images, direct_images) and np.array_equal(labels, want_labels)
+    plain_images, _ = read_all(pattern + "?jpeg_index=0", BOXES)
+    assert np.array_equal(images, plain_images) and np.array_equal(labels, want_labels)
     info = json.loads(run("inspect", out, "--json", "--record", "12").stdout)
     text = json.dumps(info)
     assert str(len(sources[12][0])) in text  # image bytes as written
     for name in ("image/height", "image/class/synset", "image/object/bbox/xmin"):
         assert name in text
-    # The default pack (JPEGs rewritten with restart markers) gives the same labels.
-    run("pack", "tfrecord", pattern, str(tmp_path / "rewritten.sat"), "-q")
-    assert np.array_equal(read_all(str(tmp_path / "rewritten.sat"), BOXES)[1], want_labels)
+    # The default pack rewrites the JPEGs with restart markers, and each is cut to the
+    # MCUs around its crop; direct reading cuts the files as they are on the entry tables
+    # of the index: the same bytes, crop for crop.
+    rewritten = str(tmp_path / "rewritten.sat")
+    run("pack", "tfrecord", pattern, rewritten, "-q")
+    rrc = {"image": [T.RandomResizedCrop(24)]}
+    for dataset in (rewritten, pattern):
+        images, labels = read_all(dataset, {**BOXES, **rrc}, seed=9)
+        if dataset == rewritten:
+            want_cut = images
+    assert np.array_equal(labels, want_labels) and np.array_equal(images, want_cut)
+    assert np.array_equal(read_all(rewritten, BOXES)[0], direct_images)
 
     # gzip'd TFRecord: packed (unpacked on the way); direct reading says to pack.
     gz = os.path.join(folder, "gz-00000.tfrecord.gz")
