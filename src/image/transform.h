@@ -102,7 +102,8 @@ class DecodeScratch {
   void set_only_fast_dct_scales(bool only_fast);
 
   // false: a restart-indexed JPEG is decoded whole instead of cut down to
-  // the MCUs around the crop (same bytes, slower; for tests and benchmarks).
+  // the MCUs around the crop (same bytes, slower; for tests and benchmarks),
+  // and an entry table (IndexJpegEntries) is ignored.
   void set_cut_restart_index(bool cut);
 
   // About the last successful DecodeCropResize, for tests and statistics:
@@ -112,11 +113,12 @@ class DecodeScratch {
   int last_dct_scale_eighths() const;
   int last_decoded_width() const;
   int last_decoded_height() const;
-  // Whether it was a restart-indexed JPEG (AddJpegRestartMarkers) of which
-  // only the MCUs around the crop were entropy-decoded.
+  // Whether it was a restart-indexed JPEG (AddJpegRestartMarkers), or one
+  // with an entry table, of which only the MCUs around the crop were
+  // entropy-decoded.
   bool last_used_restart_index() const;
   // Whether its components were resized as stored (a restart-indexed YCbCr
-  // JPEG), then converted to RGB.
+  // JPEG, or one with an entry table), then converted to RGB.
   bool last_decoded_ycc_planes() const;
 
   struct Impl;  // Defined in scratch.h; impl() is for src/image only.
@@ -208,9 +210,9 @@ Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner
                         Layout layout = Layout::kHWC, std::span<const std::byte> entries = {});
 
 // Appends to `out` the entry table of a baseline JPEG without restart
-// markers (jpeg_entries.h: where every few MCUs' bits start, about 3% of the
-// file), for DecodeCropResize to cut it around crops without rewriting it.
-// Reading it costs about one decode of the file's entropy-coded data. False,
+// markers (jpeg_entries.h: where the bits of 8 places in each MCU row start;
+// 2-6% of the file), for DecodeCropResize to cut it around crops without
+// rewriting it. Making it costs about one Huffman decode of the file. False,
 // appending nothing, for anything else (PNG, progressive or restart-marked
 // JPEG, a stream that does not parse).
 bool IndexJpegEntries(std::span<const std::byte> encoded, DecodeScratch* scratch,
