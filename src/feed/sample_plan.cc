@@ -196,7 +196,7 @@ Status SamplePlan::WriteImage(const Output& out, std::span<const std::byte> byte
   // The GPU decode stage: same header read and crop draws as the decode's.
   if (deferral_ != nullptr && image::SniffFormat(bytes) == image::ImageFormat::kJpeg &&
       deferral_->Wants(slot)) {
-    if (auto planned = image::PlanJpegForDecoder(bytes, planner, &scratch->decode)) {
+    if (auto planned = image::PlanJpegForDecoder(bytes, planner, &scratch->decode, entries)) {
       DeferredImage d;
       d.slot0 = dst - slot * out.sample_bytes;
       d.slot = slot;

@@ -62,6 +62,60 @@ class FixedCrop : public CropPlanner {
   bool hflip_;
 };
 
+// How a JPEG whose header s.cinfo has read is cut around a crop: on its
+// restart markers (jpeg_cut) or on its entry table (jpeg_entries).
+class Cutter {
+ public:
+  // nullopt when it can be neither (or the scratch says not to cut).
+  static std::optional<Cutter> For(std::span<const std::byte> encoded,
+                                   std::span<const std::byte> entries, DecodeScratch::Impl& s) {
+    const jpeg_decompress_struct& c = s.cinfo;
+    Cutter k;
+    k.data_ = reinterpret_cast<const uint8_t*>(encoded.data());
+    k.size_ = encoded.size();
+    k.start_ = encoded.size() - c.src->bytes_in_buffer;  // after SOS
+    if (auto grid = RestartGrid(c)) {
+      k.grid_ = *grid;
+      return k;
+    }
+    if (entries.empty() || !s.cut_restart_index) return std::nullopt;
+    k.table_ = ParseEntries({reinterpret_cast<const uint8_t*>(entries.data()), entries.size()},
+                            k.data_, k.size_, c, k.start_);
+    if (!k.table_) return std::nullopt;
+    k.grid_ = k.table_->grid;
+    return k;
+  }
+
+  const McuGrid& grid() const { return grid_; }
+
+  // The MCUs to cut to for the crop [fx0, fx1) x [fy0, fy1) (RangeAround).
+  McuRange Range(int width, int height, int scale, int margin, double fx0, double fx1, double fy0,
+                 double fy1) const {
+    const McuRange r = RangeAround(grid_, width, height, scale, margin, fx0, fx1, fy0, fy1);
+    return table_ ? table_->Align(r, width, height) : r;
+  }
+
+  bool Skips(const McuRange& r) const {
+    return table_ ? table_->CutSkipsData(r) : CutSkipsData(grid_, r);
+  }
+
+  // Writes the cut into s.roi_jpeg; its size, or 0 if the data does not allow it.
+  size_t Cut(int width, int height, const McuRange& r, DecodeScratch::Impl& s) const {
+    if (table_) {
+      return SpliceMcus(data_, size_, s.cinfo, *table_, width, height, r, &s.splice_bits,
+                        &s.roi_jpeg);
+    }
+    if (!IndexSegments(data_, size_, start_, SegmentsThrough(grid_, r), &s.mcu_starts)) return 0;
+    return CutMcus(data_, s.mcu_starts, grid_, width, height, r, &s.roi_jpeg);
+  }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0, start_ = 0;
+  McuGrid grid_;
+  std::optional<JpegEntries> table_;
+};
+
 // Decodes the crop's region of a JPEG at a planned DCT scale into s.pixels
 // and resizes it into out; cut around the crop first if it has restart
 // markers or an entry table (`entries`).
@@ -88,39 +142,24 @@ Status DecodeJpegCrop(std::span<const std::byte> encoded, std::span<const std::b
   double fx0 = scaled.x0, fx1 = scaled.x1, fy0 = scaled.y0, fy1 = scaled.y1;
   int mcu_x0 = 0, mcu_y0 = 0;
   double dx = 0, dy = 0;  // Where the cut starts, in scaled pixels (whole ones).
-  const size_t start = encoded.size() - c.src->bytes_in_buffer;  // after SOS
-  auto grid = RestartGrid(c);
-  std::optional<JpegEntries> entry_table;  // A file without markers, with entries.
-  if (!grid && !entries.empty() && s.cut_restart_index) {
-    entry_table = ParseEntries({reinterpret_cast<const uint8_t*>(entries.data()), entries.size()},
-                               data, encoded.size(), c, start);
-    if (entry_table) grid = entry_table->grid;
-  }
-  bool indexed = grid.has_value();  // No rows or columns to skip: it is cut, or whole.
-  if (grid) {
+  const auto cutter = Cutter::For(encoded, entries, s);
+  bool indexed = cutter.has_value();  // No rows or columns to skip: it is cut, or whole.
+  if (cutter) {
+    const McuGrid& grid = cutter->grid();
     const int margin = HasYccPlanes(c) ? 0 : 1;
-    McuRange r = RangeAround(*grid, width, height, scale, margin, fx0, fx1, fy0, fy1);
-    if (entry_table) r = entry_table->Align(r, width, height);
-    size_t cut_bytes = 0;
+    const McuRange r = cutter->Range(width, height, scale, margin, fx0, fx1, fy0, fy1);
     // Cut, unless that skips nothing (or told not to): then it is decoded
     // whole, and still indexed. A failed cut falls back to RGB.
-    const bool skips = entry_table ? entry_table->CutSkipsData(r) : CutSkipsData(*grid, r);
-    if (skips && s.cut_restart_index) {
-      if (entry_table) {
-        cut_bytes = SpliceMcus(data, encoded.size(), c, *entry_table, width, height, r,
-                               &s.splice_bits, &s.roi_jpeg);
-      } else if (IndexSegments(data, encoded.size(), start, SegmentsThrough(*grid, r),
-                               &s.mcu_starts)) {
-        cut_bytes = CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg);
-      }
+    if (cutter->Skips(r) && s.cut_restart_index) {
+      const size_t cut_bytes = cutter->Cut(width, height, r, s);
       indexed = cut_bytes > 0;
-    }
-    if (cut_bytes > 0) {
-      jpeg_abort_decompress(&c);
-      if (!ReadJpegHeader(s.roi_jpeg.data(), cut_bytes, s)) return s.JpegError();
-      mcu_x0 = r.c0, mcu_y0 = r.r0;
-      dx = r.c0 * grid->mcu_w * f, dy = r.r0 * grid->mcu_h * f;
-      s.last_used_restart_index = true;
+      if (cut_bytes > 0) {
+        jpeg_abort_decompress(&c);
+        if (!ReadJpegHeader(s.roi_jpeg.data(), cut_bytes, s)) return s.JpegError();
+        mcu_x0 = r.c0, mcu_y0 = r.r0;
+        dx = r.c0 * grid.mcu_w * f, dy = r.r0 * grid.mcu_h * f;
+        s.last_used_restart_index = true;
+      }
     }
   }
   if (indexed && HasYccPlanes(c)) {
@@ -240,7 +279,8 @@ Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner
 }
 
 std::optional<PlannedJpeg> PlanJpegForDecoder(std::span<const std::byte> encoded,
-                                              CropPlanner& planner, DecodeScratch* scratch) {
+                                              CropPlanner& planner, DecodeScratch* scratch,
+                                              std::span<const std::byte> entries) {
   DecodeScratch::Impl& s = scratch->impl();
   if (SniffFormat(encoded) != ImageFormat::kJpeg || !CreateJpeg(s)) return std::nullopt;
   jpeg_decompress_struct& c = s.cinfo;
@@ -255,22 +295,18 @@ std::optional<PlannedJpeg> PlanJpegForDecoder(std::span<const std::byte> encoded
   PlannedJpeg p{encoded};
   p.crop = planner.Plan(width, height, &p.hflip);
   if (!CropInside(p.crop, width, height)) return std::nullopt;
-  const auto grid = RestartGrid(c);
-  if (!grid || !s.cut_restart_index) return p;
+  const auto cutter = Cutter::For(encoded, entries, s);
+  if (!cutter || !s.cut_restart_index) return p;
   // One pixel at scale 1/8 is 8 at full size: wider than any scale's margin.
   const ScaledCrop f = ScaleCrop(p.crop, 1);
   const McuRange r =
-      RangeAround(*grid, width, height, /*scale=*/1, /*margin=*/1, f.x0, f.x1, f.y0, f.y1);
-  if (!CutSkipsData(*grid, r)) return p;
-  const size_t start = encoded.size() - c.src->bytes_in_buffer;  // after SOS
-  if (!IndexSegments(data, encoded.size(), start, SegmentsThrough(*grid, r), &s.mcu_starts)) {
-    return p;
-  }
-  const size_t bytes = CutMcus(data, s.mcu_starts, *grid, width, height, r, &s.roi_jpeg);
+      cutter->Range(width, height, /*scale=*/1, /*margin=*/1, f.x0, f.x1, f.y0, f.y1);
+  if (!cutter->Skips(r)) return p;
+  const size_t bytes = cutter->Cut(width, height, r, s);
   if (bytes == 0) return p;
   p.jpeg = std::as_bytes(std::span(s.roi_jpeg.data(), bytes));
-  p.crop.x -= r.c0 * grid->mcu_w;
-  p.crop.y -= r.r0 * grid->mcu_h;
+  p.crop.x -= r.c0 * cutter->grid().mcu_w;
+  p.crop.y -= r.r0 * cutter->grid().mcu_h;
   p.cut = true;
   return p;
 }

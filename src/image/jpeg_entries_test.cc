@@ -5,11 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "base/testing.h"
 #include "image/codec.h"
+#include "image/crop_plan.h"
 #include "image/test_images.h"
 #include "image/transform.h"
 
@@ -185,6 +187,37 @@ TEST_F(DecodeCropResizeTest, EntryTableCutGivesTheRestartMarkedBytes) {
     }
     EXPECT_GE(cuts, 30);
   }
+}
+
+// For a decoder of whole images (nvJPEG): PlanJpegForDecoder cuts a plain
+// JPEG on its table, and the cut holds the crop's pixels of the whole file.
+TEST_F(DecodeCropResizeTest, PlanForDecoderCutsOnTheEntryTable) {
+  DecodeScratch s;
+  Bytes table;
+  ASSERT_TRUE(IndexJpegEntries(jpeg_, &s, &table));
+  SATURATE_ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> whole, DecodeRgb(jpeg_));
+  MtSource rng(5);
+  int cuts = 0;
+  for (int i = 0; i < 30; ++i) {
+    Fixed planner(Rrc(kW, kH, rng), false);
+    const CropRect crop = planner.crop;
+    const auto p = PlanJpegForDecoder(jpeg_, planner, &s, table);
+    ASSERT_TRUE(p.has_value());
+    EXPECT_FALSE(PlanJpegForDecoder(jpeg_, planner, &s)->cut);  // no markers, no table
+    if (!p->cut) continue;
+    ++cuts;
+    const Bytes cut(p->jpeg.begin(), p->jpeg.end());
+    ImageInfo info;
+    SATURATE_ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> part, DecodeRgb(cut, &info));
+    EXPECT_LT(cut.size(), jpeg_.size());
+    ASSERT_TRUE(CropInside(p->crop, info.width, info.height));
+    for (int y = 0; y < crop.height; ++y) {
+      const uint8_t* want = &whole[(size_t(crop.y + y) * kW + crop.x) * 3];
+      const uint8_t* got = &part[(size_t(p->crop.y + y) * info.width + p->crop.x) * 3];
+      ASSERT_TRUE(std::equal(got, got + crop.width * 3, want)) << "row " << y;
+    }
+  }
+  EXPECT_GE(cuts, 20);
 }
 
 // What has no table, and a table that is not this file's.

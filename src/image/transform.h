@@ -187,7 +187,8 @@ class CropPlanner {
 // What a loader worker hands a decoder of whole images: a gray or YCbCr
 // JPEG's header read once (the worker's decompressor), its crop and flip
 // drawn by `planner`, and the file cut around the crop where
-// CutJpegAroundCrop can. nullopt, with the planner perhaps called, for
+// CutJpegAroundCrop can, or on its entry table (`entries`, see
+// DecodeCropResize). nullopt, with the planner perhaps called, for
 // anything the CPU path must decode (and report): not a JPEG, a header
 // that does not read (warnings count, as in DecodeCropResize), other than
 // 1 or 3 components, a size out of range, a crop outside the image.
@@ -198,7 +199,8 @@ struct PlannedJpeg {
   bool cut = false;
 };
 std::optional<PlannedJpeg> PlanJpegForDecoder(std::span<const std::byte> encoded,
-                                              CropPlanner& planner, DecodeScratch* scratch);
+                                              CropPlanner& planner, DecodeScratch* scratch,
+                                              std::span<const std::byte> entries = {});
 
 // As above, with the crop and flip decided by `planner` after the header.
 // `entries`: the JPEG's entry table (IndexJpegEntries), if it has one: a
