@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "base/file.h"
@@ -396,6 +397,9 @@ void Source::MakeJpegTables() {
     }
   }
   if (chunks.empty()) return;
+  uint64_t total = 0, done = 0;
+  for (const Chunk& k : chunks) total += k.end - k.first;
+  std::mutex progress_mu;
   ParallelFor(chunks.size(), std::max(1u, std::thread::hardware_concurrency()), [&](size_t c) {
     Chunk& k = chunks[c];
     image::DecodeScratch scratch;
@@ -406,6 +410,11 @@ void Source::MakeJpegTables() {
         image::IndexJpegEntries(sample.fields[image_field_], &scratch, &k.tables);
       }
       k.ends.push_back(k.tables.size());
+    }
+    if (options_.progress) {
+      std::lock_guard<std::mutex> lock(progress_mu);
+      done += k.end - k.first;
+      options_.progress(done, total);
     }
   });
   for (const Chunk& k : chunks) {

@@ -317,7 +317,11 @@ bool IndexJpegEntries(std::span<const std::byte> encoded, DecodeScratch* scratch
   if (SniffFormat(encoded) != ImageFormat::kJpeg || !CreateJpeg(s)) return false;
   AbortOnExit abort_on_exit{&s.cinfo};
   const auto* data = reinterpret_cast<const unsigned char*>(encoded.data());
-  if (!ReadJpegHeader(data, encoded.size(), s)) return false;
+  if (!ReadJpegHeader(data, encoded.size(), s) ||
+      !CheckSize(static_cast<int>(s.cinfo.image_width), static_cast<int>(s.cinfo.image_height))
+           .ok()) {
+    return false;
+  }
   const size_t start = encoded.size() - s.cinfo.src->bytes_in_buffer;  // after SOS
   std::vector<uint8_t> table;
   if (!ScanEntries(data, encoded.size(), s.cinfo, start, /*every=*/0, &table)) return false;

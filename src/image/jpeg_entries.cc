@@ -18,6 +18,10 @@ constexpr char kMagic[4] = {'S', 'J', 'E', '1'};
 constexpr size_t kHeaderBytes = 4 + 2 * 4 + 4 + 4 + 8;
 constexpr int kMaxComponents = 4;
 constexpr int kEntriesPerRow = 8;  // The default `every`: about this many per MCU row.
+// What SpliceMcus may read past a run's end before it checks: one block (a
+// DC and 63 AC codes of up to 16 + 15 bits) from a bit at most the end,
+// and Load64's 9 bytes.
+constexpr size_t kSplicePad = 64 * 31 / 8 + 16;
 
 size_t EntryBytes(int components) { return 4 + 2 * size_t(components); }
 
@@ -198,7 +202,8 @@ class HuffTable {
     for (int len = 1; len <= 16; ++len) {
       valoffset_[len] = k - static_cast<int>(code);
       for (int i = 0; i < t->bits[len]; ++i, ++k, ++code) {
-        if (k >= 256) return false;
+        // Before fast_ is filled from it: more codes than the length holds.
+        if (k >= 256 || code >= (1u << len)) return false;
         const uint8_t sym = t->huffval[k];
         huffval_[k] = sym;
         if (size_[sym] == 0) {
@@ -348,7 +353,9 @@ bool ScanEntries(const uint8_t* p, size_t size, const jpeg_decompress_struct& c,
                  int every, std::vector<uint8_t>* out) {
   const auto grid = ScanGrid(c);
   ScanTables t;
-  if (!grid || c.restart_interval != 0 || size > UINT32_MAX || scan_start > size || !t.Build(c)) {
+  // Entries count bits in a u32: files up to 512 MiB.
+  if (!grid || c.restart_interval != 0 || size >= UINT32_MAX / 8 || scan_start > size ||
+      !t.Build(c)) {
     return false;
   }
   if (every <= 0) every = std::max(1, (grid->mcus_x + kEntriesPerRow - 1) / kEntriesPerRow);
@@ -368,6 +375,8 @@ bool ScanEntries(const uint8_t* p, size_t size, const jpeg_decompress_struct& c,
   int pred[kMaxComponents] = {};
   bool ok = true;
   for (int r = 0; r < grid->mcus_y && ok; ++r) {
+    // A few bytes that declare a huge image end here, not after all its rows.
+    if (br.Overrun()) return Refuse(out, old_size);
     for (int x = 0; x < grid->mcus_x && ok; ++x) {
       if (x % every == 0) PutEntry(out, br, pred, t.components);
       for (int i = 0; i < t.components && ok; ++i) {
@@ -438,14 +447,15 @@ size_t SpliceMcus(const uint8_t* p, size_t size, const jpeg_decompress_struct& c
   size_t bound = e.scan_start + 2 + 16;
   for (int r = range.r0; r < range.r1; ++r) {
     const uint32_t a = Get32(entry(r, range.c0)), b = Get32(entry(r, range.c1));
-    if (a > b) return 0;
-    last_bit = std::max<uint64_t>(last_bit, b);
+    if (a > b || a < last_bit) return 0;  // runs in the file's order: the cut <= the data
+    last_bit = b;
     bound += 2 * size_t((b - a) / 8 + 16);  // + the re-encoded DCs
   }
   const size_t want = static_cast<size_t>((last_bit + 7) / 8);
-  uint8_t* u = Grow(*bits, want + 16);
+  if (e.scan_start > size || want > size - e.scan_start) return 0;  // before allocating it
+  uint8_t* u = Grow(*bits, want + kSplicePad);
   if (Unstuff(p, size, e.scan_start, want, u) != want) return 0;
-  std::memset(u + want, 0, 16);
+  std::memset(u + want, 0, kSplicePad);
   uint8_t* d = StartCut(p, e.scan_start, width, height, range, bound, out);
   if (d == nullptr) return 0;
   uint8_t* const start = out->data();
@@ -467,11 +477,12 @@ size_t SpliceMcus(const uint8_t* p, size_t size, const jpeg_decompress_struct& c
       if (!t.dc[i].PutDc(value - pred[i], w)) return 0;
       copied = br.bit;
       if (i + 1 == t.components) break;
-      bool ok = SkipAc(br, t.ac[i]);
+      // Checked block by block: the padding holds one block's reads.
+      bool ok = SkipAc(br, t.ac[i]) && br.bit <= end;
       for (int blk = 1; blk < t.blocks[i] && ok; ++blk) {
-        ok = ReadDc(br, t.dc[i]) != kBadDc && SkipAc(br, t.ac[i]);
+        ok = ReadDc(br, t.dc[i]) != kBadDc && SkipAc(br, t.ac[i]) && br.bit <= end;
       }
-      if (!ok || br.bit > end) return 0;
+      if (!ok) return 0;
     }
     if (br.bit > end) return 0;
     w.PutBits(u, copied, end - copied);

@@ -442,6 +442,7 @@ Result<PackSummary> PackSource(const std::vector<std::string>& patterns,
     pattern += " " + patterns[p];
   }
   spec.options.write_index = false;
+  spec.options.index_jpeg = false;  // Packing rewrites the JPEGs with restart markers.
   const bool gzipped = std::any_of(spec.files.begin(), spec.files.end(), formats::IsGzipName);
   // Uncompressed files are opened together (the total is known up front);
   // gzip'd ones are unpacked and packed one at a time.

@@ -13,6 +13,7 @@
 #include "remote_flags.h"
 #include "saturate/feed/device_loader.h"
 #include "saturate/feed/loader.h"
+#include "saturate/formats/source.h"
 
 namespace saturate::cli {
 namespace {
@@ -88,9 +89,22 @@ Result<feed::LoaderOptions> MakeOptions(const FeedFlags& f) {
   return o;
 }
 
+// Files read where they lie (tar, TFRecord): their sidecar indexes are made
+// here, with a progress bar, when the JPEG tables take a while.
+Status PrepareIndexes(const std::string& dataset) {
+  if (!formats::IsSourcePattern(dataset)) return Status::OK();
+  ProgressBar bar("indexing JPEGs", "image");
+  formats::SourceOptions options;
+  options.progress = [&](uint64_t done, uint64_t total) { bar.Update(done, total); };
+  auto source = formats::Source::Open(dataset, options);
+  bar.Finish();
+  return source.status();
+}
+
 // The loader the flags ask for: on the host, or with --device feeding a GPU.
 Result<std::unique_ptr<feed::BatchSource>> OpenSource(const FeedFlags& f) {
   SATURATE_ASSIGN_OR_RETURN(feed::LoaderOptions options, MakeOptions(f));
+  SATURATE_RETURN_IF_ERROR(PrepareIndexes(f.dataset));
   if (f.device == "cpu") {
     if (f.decode == "gpu") {
       return Status::InvalidArgument("--decode gpu needs --device cuda (or cuda:N)");

@@ -40,6 +40,7 @@
 #define SATURATE_FORMATS_SOURCE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -67,6 +68,9 @@ struct SourceOptions {
   // is then decoded only around its crop. false (pattern key `jpeg_index=0`):
   // neither made nor used.
   bool index_jpeg = true;
+  // Called as JPEG tables are made (samples done, samples to do), from the
+  // threads making them, one call at a time.
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
 // What a pattern names, before any file is opened.
