@@ -10,7 +10,8 @@
 #   - the shards packed into saturate's format (`saturate pack`), fed by saturate;
 #   - the same, packed with --keep-jpeg-bytes: the JPEGs as the shards hold them (no restart
 #     markers), so its ratio to direct reading is the cost of reading alone.
-# The shards and TFRecord files are written by the formats' reference writers
+# Direct reading uses the sidecar index's JPEG entry tables (docs/formats.md), made at the first
+# open, which is timed first. The shards and TFRecord files are written by the formats' reference writers
 # (webdataset.TarWriter, the tfrecord package). Prints images/s and the ratios, and CPU time
 # per image (all threads, over the timed batches) where it is known (saturate, tf.data): on a
 # machine shared with other work it moves less than images/s.
@@ -65,6 +66,20 @@ for s in range(4):
                       "image/class/label": (label, "int")})
     writer.close()
 print(f"formats_feed: {len(files)} photos in 4 WebDataset shards and 4 TFRecord files")
+PY
+# The first open of each makes its sidecar indexes: the offsets, then each JPEG's entry table.
+"$PY" - "$SAT" "$work" <<'PY'
+import resource, subprocess, sys, time
+sat, work = sys.argv[1], sys.argv[2]
+for name, pattern in (("WebDataset", "wds-{0..3}.tar"), ("TFRecord", "tf-*.tfrecord")):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run([sat, "inspect", f"{work}/{pattern}"], check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    print(f"formats_feed: first open of the {name} files (indexes with JPEG tables): "
+          f"{wall:.2f} s, {cpu:.2f} s of CPU")
 PY
 "$SAT" pack "$work/wds-{0..3}.tar" "$work/packed.sat" -q >/dev/null
 "$SAT" pack "$work/wds-{0..3}.tar" "$work/packed-kept.sat" -q --keep-jpeg-bytes >/dev/null
