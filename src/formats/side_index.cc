@@ -37,9 +37,9 @@ class Cursor {
     pos_ += n;
     return true;
   }
-  void GetBytes(size_t n, std::byte* out) {  // n <= left()
-    std::memcpy(out, b_.data() + pos_, n);
+  std::span<const std::byte> Take(size_t n) {  // n <= left()
     pos_ += n;
+    return b_.subspan(pos_ - n, n);
   }
   size_t left() const { return b_.size() - pos_; }
 
@@ -129,8 +129,7 @@ Result<FileIndex> DecodeFileIndex(std::span<const std::byte> bytes, const std::s
     if (index.jpeg_table_starts[0] != 0 || index.jpeg_table_starts[samples] != blob) {
       return bad("JPEG tables do not fill their " + std::to_string(blob) + " bytes");
     }
-    index.jpeg_tables.resize(blob);
-    if (blob > 0) c.GetBytes(blob, index.jpeg_tables.data());
+    index.jpeg_tables = c.Take(blob);
     index.has_jpeg_tables = true;
   }
   if (c.left() != 0) return bad("trailing bytes");

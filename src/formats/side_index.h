@@ -20,6 +20,7 @@
 #define SATURATE_FORMATS_SIDE_INDEX_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,10 +41,13 @@ struct FileIndex {
   int64_t data_mtime_ns = 0;
   std::vector<IndexEntry> entries;
   // Per sample: its image's JPEG entry table is jpeg_tables[starts[s],
-  // starts[s + 1]) (empty: none). Both empty until they are made.
+  // starts[s + 1]) (empty: none). Both empty until they are made. The
+  // tables (2-6% of the images' bytes) stay where `storage` keeps them: a
+  // mapped index file, shared by every process that reads it.
   bool has_jpeg_tables = false;
-  std::vector<std::byte> jpeg_tables;
+  std::span<const std::byte> jpeg_tables;
   std::vector<uint64_t> jpeg_table_starts;
+  std::shared_ptr<const void> storage;
 
   std::span<const std::byte> JpegTable(uint64_t sample) const {
     if (!has_jpeg_tables || sample + 1 >= jpeg_table_starts.size()) return {};
@@ -54,7 +58,8 @@ struct FileIndex {
 };
 
 std::string EncodeFileIndex(const FileIndex& index);
-// Corruption (naming `source`) for anything malformed.
+// Corruption (naming `source`) for anything malformed. The JPEG tables are
+// a view into `bytes`: the caller keeps them alive (FileIndex::storage).
 Result<FileIndex> DecodeFileIndex(std::span<const std::byte> bytes, const std::string& source);
 
 // Where the index of `data_path` may live: beside it, then in `index_dir`

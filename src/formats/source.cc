@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "base/file.h"
@@ -177,6 +178,27 @@ uint64_t Source::file_bytes(size_t f) const { return files_[f]->data->size(); }
 
 namespace {
 
+// The index at `path`, if it reads. Its JPEG tables stay in the mapped
+// file (a copy when it cannot be mapped).
+std::optional<FileIndex> LoadIndex(const std::string& path) {
+  auto file = ReadOnlyFile::Open(path, /*allow_mmap=*/true);
+  if (!file.ok()) return std::nullopt;
+  std::vector<std::byte> scratch;
+  auto bytes = (*file)->Read(0, (*file)->size(), &scratch);
+  if (!bytes.ok()) return std::nullopt;
+  auto index = DecodeFileIndex(*bytes, path);
+  if (!index.ok()) return std::nullopt;
+  if ((*file)->mapped()) {
+    index->storage = std::shared_ptr<const ReadOnlyFile>(std::move(*file));
+  } else {
+    auto copy = std::make_shared<std::vector<std::byte>>(index->jpeg_tables.begin(),
+                                                         index->jpeg_tables.end());
+    index->jpeg_tables = *copy;
+    index->storage = std::move(copy);
+  }
+  return std::move(*index);
+}
+
 // Opens a data file and finds or builds its index.
 Status OpenFile(SourceFormat format, const SourceOptions& options, bool* built,
                 std::unique_ptr<ReadOnlyFile>* data, FileIndex* out, const std::string& path) {
@@ -187,12 +209,9 @@ Status OpenFile(SourceFormat format, const SourceOptions& options, bool* built,
   const std::vector<std::string> candidates = IndexCandidates(path, options.index_dir);
   if (options.write_index) {
     for (const std::string& c : candidates) {
-      auto text = ReadFileToString(c);
-      if (!text.ok()) continue;
-      auto index = DecodeFileIndex(std::as_bytes(std::span(text->data(), text->size())), c);
-      if (index.ok() && index->kind == kind && index->data_size == size &&
-          index->data_mtime_ns == mtime) {
-        *out = std::move(*index);
+      if (auto found = LoadIndex(c); found && found->kind == kind && found->data_size == size &&
+                                     found->data_mtime_ns == mtime) {
+        *out = std::move(*found);
         *built = false;
         return Status::OK();
       }
@@ -417,13 +436,19 @@ void Source::MakeJpegTables() {
       options_.progress(done, total);
     }
   });
+  std::shared_ptr<std::vector<std::byte>> blob;  // the tables of the file being assembled
   for (const Chunk& k : chunks) {
     FileIndex& index = k.file->index;
-    if (k.first == 0) index.jpeg_table_starts.assign(1, 0);
-    const uint64_t base = index.jpeg_tables.size();
-    index.jpeg_tables.insert(index.jpeg_tables.end(), k.tables.begin(), k.tables.end());
+    if (k.first == 0) {
+      index.jpeg_table_starts.assign(1, 0);
+      blob = std::make_shared<std::vector<std::byte>>();
+    }
+    const uint64_t base = blob->size();
+    blob->insert(blob->end(), k.tables.begin(), k.tables.end());
     for (uint64_t end : k.ends) index.jpeg_table_starts.push_back(base + end);
     if (k.end == k.file->samples()) {
+      index.jpeg_tables = *blob;
+      index.storage = blob;
       index.has_jpeg_tables = true;
       if (options_.write_index) {
         SaveFileIndex(index, IndexCandidates(k.file->path, options_.index_dir));

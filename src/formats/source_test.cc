@@ -207,7 +207,7 @@ TEST(Source, JpegTablesAreMadeWithTheIndexAndKept) {
   // The offsets alone (as a version-1 index holds them): the tables are
   // made and the index saved again with them.
   saved.has_jpeg_tables = false;
-  saved.jpeg_tables.clear();
+  saved.jpeg_tables = {};
   saved.jpeg_table_starts.clear();
   ASSERT_TRUE(SaveFileIndex(saved, {dir.Join("a.tar.satidx")}));
   auto upgraded = Source::Open(dir.Join("a.tar"), Local(dir));
@@ -228,7 +228,8 @@ TEST(Source, JpegTablesAreMadeWithTheIndexAndKept) {
 TEST(SideIndex, JpegTablesRoundTripAndBadStartsAreRefused) {
   FileIndex index{1, 100, 5, {{"a.jpg", 0, 10}, {"b.jpg", 20, 10}}};
   index.has_jpeg_tables = true;
-  index.jpeg_tables = {std::byte{1}, std::byte{2}, std::byte{3}};
+  const std::byte blob[] = {std::byte{1}, std::byte{2}, std::byte{3}};
+  index.jpeg_tables = blob;
   index.jpeg_table_starts = {0, 2, 3};
   const std::string bytes = EncodeFileIndex(index);
   SATURATE_ASSERT_OK_AND_ASSIGN(
