@@ -18,9 +18,9 @@ constexpr char kMagic[4] = {'S', 'J', 'E', '1'};
 constexpr size_t kHeaderBytes = 4 + 2 * 4 + 4 + 4 + 8;
 constexpr int kMaxComponents = 4;
 constexpr int kEntriesPerRow = 8;  // The default `every`: about this many per MCU row.
-// What SpliceMcus may read past a run's end before it checks: one block (a
-// DC and 63 AC codes of up to 16 + 15 bits) from a bit at most the end,
-// and Load64's 9 bytes.
+// What a reader may read past the end of its data (a run's, the scan's)
+// before it checks: one block (a DC and 63 AC codes of up to 16 + 15 bits)
+// from a bit at most the end, and Load64's 9 bytes.
 constexpr size_t kSplicePad = 64 * 31 / 8 + 16;
 
 size_t EntryBytes(int components) { return 4 + 2 * size_t(components); }
@@ -43,7 +43,7 @@ inline uint64_t Load64(const uint8_t* u, uint64_t bit) {
   std::memcpy(&x, u + bit / 8, 8);
   x = __builtin_bswap64(x);
   const int t = static_cast<int>(bit % 8);
-  return t == 0 ? x : x << t | u[bit / 8 + 8] >> (8 - t);
+  return x << t | static_cast<uint64_t>(u[bit / 8 + 8] >> (8 - t));  // t = 0: >> 8 is 0
 }
 
 // Reads bits of data already unstuffed (readable 8 bytes past its end).
@@ -58,58 +58,6 @@ struct UnstuffedReader {
     bit += static_cast<uint64_t>(n);
     return v;
   }
-};
-
-// Reads the unstuffed bits of a scan as they lie: 0xFF00 is a 0xFF data
-// byte; any other marker (or the end of the data) ends it, and reads as
-// zero bits past it (Overrun then says the stream was read beyond its data).
-class BitReader {
- public:
-  BitReader(const uint8_t* p, size_t size, size_t pos) : p_(p), size_(size), pos_(pos) {}
-
-  // The next n (1..32) bits, most significant first.
-  uint32_t Peek(int n) {
-    if (count_ < n) Fill();
-    return static_cast<uint32_t>(buf_ >> (64 - n));
-  }
-  void Skip(int n) {
-    if (count_ < n) Fill();
-    buf_ <<= n;
-    count_ -= n;
-    bit_ += static_cast<uint64_t>(n);
-  }
-  uint32_t Get(int n) {
-    if (n == 0) return 0;
-    const uint32_t v = Peek(n);
-    Skip(n);
-    return v;
-  }
-  uint64_t bit() const { return bit_; }  // the next bit's number in the scan
-  bool Overrun() const { return bit_ > real_end_bit_; }
-
- private:
-  void Fill() {
-    while (count_ <= 56) {
-      uint8_t b = 0;
-      if (pos_ < size_ && (p_[pos_] != 0xFF || (pos_ + 1 < size_ && p_[pos_ + 1] == 0))) {
-        b = p_[pos_];
-        pos_ += b == 0xFF ? 2 : 1;
-      } else {
-        real_end_bit_ = std::min(real_end_bit_, loaded_ * 8);
-      }
-      buf_ |= uint64_t{b} << (56 - count_);
-      count_ += 8;
-      ++loaded_;
-    }
-  }
-
-  const uint8_t* p_;
-  size_t size_, pos_;
-  uint64_t loaded_ = 0;  // bytes loaded (or padded)
-  uint64_t bit_ = 0;
-  uint64_t real_end_bit_ = UINT64_MAX;
-  uint64_t buf_ = 0;  // left-aligned
-  int count_ = 0;
 };
 
 // Writes bits, stuffing a 0x00 after each 0xFF byte, into a buffer the
@@ -329,8 +277,8 @@ bool Refuse(std::vector<uint8_t>* out, size_t old_size) {
   return false;
 }
 
-void PutEntry(std::vector<uint8_t>* out, const BitReader& br, const int* pred, int components) {
-  Put32(out, static_cast<uint32_t>(br.bit()));
+void PutEntry(std::vector<uint8_t>* out, uint64_t bit, const int* pred, int components) {
+  Put32(out, static_cast<uint32_t>(bit));
   for (int i = 0; i < components; ++i) Put16(out, static_cast<uint16_t>(pred[i]));
 }
 
@@ -371,26 +319,30 @@ bool ScanEntries(const uint8_t* p, size_t size, const jpeg_decompress_struct& c,
   const uint64_t hash = XXH3_64bits(p, size);
   Put32(out, static_cast<uint32_t>(hash));
   Put32(out, static_cast<uint32_t>(hash >> 32));
-  BitReader br(p, size, scan_start);
+  // The scan, unstuffed (it ends at the first marker), then read as libjpeg
+  // reads it; each block is checked against the data's end, and the
+  // padding holds what one block reads past it.
+  std::vector<uint8_t> u(size - scan_start + kSplicePad);
+  const uint64_t end_bit = 8 * Unstuff(p, size, scan_start, size - scan_start, u.data());
+  UnstuffedReader br{u.data(), 0};
   int pred[kMaxComponents] = {};
-  bool ok = true;
-  for (int r = 0; r < grid->mcus_y && ok; ++r) {
-    // A few bytes that declare a huge image end here, not after all its rows.
-    if (br.Overrun()) return Refuse(out, old_size);
-    for (int x = 0; x < grid->mcus_x && ok; ++x) {
-      if (x % every == 0) PutEntry(out, br, pred, t.components);
-      for (int i = 0; i < t.components && ok; ++i) {
-        for (int b = 0; b < t.blocks[i] && ok; ++b) {
+  for (int r = 0; r < grid->mcus_y; ++r) {
+    for (int x = 0; x < grid->mcus_x; ++x) {
+      if (x % every == 0) PutEntry(out, br.bit, pred, t.components);
+      for (int i = 0; i < t.components; ++i) {
+        for (int b = 0; b < t.blocks[i]; ++b) {
           const int diff = ReadDc(br, t.dc[i]);
           if (diff == kBadDc) return Refuse(out, old_size);
           pred[i] += diff;
-          ok = pred[i] >= INT16_MIN && pred[i] <= INT16_MAX && SkipAc(br, t.ac[i]);
+          if (pred[i] < INT16_MIN || pred[i] > INT16_MAX || !SkipAc(br, t.ac[i]) ||
+              br.bit > end_bit) {
+            return Refuse(out, old_size);
+          }
         }
       }
     }
   }
-  if (!ok || br.Overrun()) return Refuse(out, old_size);
-  PutEntry(out, br, pred, t.components);
+  PutEntry(out, br.bit, pred, t.components);
   return true;
 }
 
