@@ -62,7 +62,8 @@ bool IsImageExtension(const std::string& ext) {
   return ext == "jpg" || ext == "jpeg" || ext == "png";
 }
 
-// Each file stays open (mapped, with its descriptor for the pread fallback):
+// Each file stays open (mapped, with its descriptor for the pread fallback),
+// and so does its index (its JPEG tables are read from the mapping):
 // ImageNet's 1,024 TFRecord files pass a default soft limit of 1,024
 // descriptors, so raise the soft limit toward the hard one when needed.
 void RaiseFileLimit(size_t files) {
@@ -275,7 +276,7 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
           spec.pattern + "' OUT");
     }
   }
-  RaiseFileLimit(spec.files.size());
+  RaiseFileLimit(2 * spec.files.size());
   std::unique_ptr<Source> src(new Source());
   src->format_ = spec.format;
   src->options_ = spec.options;
