@@ -11,7 +11,8 @@
 //
 // --handover times instead what a loader worker does for an image it hands
 // to the GPU decoder (decode="gpu"): read the header, draw the crop, cut a
-// restart-marked JPEG to the MCUs around it (PlanJpegForDecoder), and says
+// restart-marked JPEG (or, with --restart entries, one with its entry table)
+// to the MCUs around it (PlanJpegForDecoder), and says
 // what nvJPEG then receives: "handover_bytes" and "handover_pixels" as
 // fractions of the files' bytes and pixels, and how many were cut.
 //
@@ -98,9 +99,9 @@ struct Handover {
 
 // A GPU-path worker's work for one image (sample_plan.cc): the header,
 // the crop, the cut. Adds to `sent` when given.
-bool HandOver(const std::vector<std::byte>& f, Planner& planner,
+bool HandOver(const std::vector<std::byte>& f, std::span<const std::byte> entries, Planner& planner,
               saturate::image::DecodeScratch* scratch, Handover* sent) {
-  const auto planned = saturate::image::PlanJpegForDecoder(f, planner, scratch);
+  const auto planned = saturate::image::PlanJpegForDecoder(f, planner, scratch, entries);
   if (!planned) {
     std::fprintf(stderr, "crop_decode_bench: a file the GPU path would not take (%s)\n",
                  saturate::image::ProbeImage(f).status().ToString().c_str());
@@ -191,13 +192,14 @@ int main(int argc, char** argv) {
     const double t0 = ThreadCpuSeconds();
     for (size_t i = 0; i < files.size(); ++i) {
       const auto& f = files[i];
+      const std::span<const std::byte> table =
+          with_entries ? std::span<const std::byte>(entries[i]) : std::span<const std::byte>();
       if (handover) {
-        if (!HandOver(f, planner, &scratch, pass == 0 ? &sent : nullptr)) return 1;
+        if (!HandOver(f, table, planner, &scratch, pass == 0 ? &sent : nullptr)) return 1;
         continue;
       }
       const saturate::Status s = saturate::image::DecodeCropResize(
-          f, planner, size, size, out.data(), &scratch, saturate::image::Layout::kHWC,
-          with_entries ? std::span<const std::byte>(entries[i]) : std::span<const std::byte>());
+          f, planner, size, size, out.data(), &scratch, saturate::image::Layout::kHWC, table);
       if (!s.ok()) {
         std::fprintf(stderr, "crop_decode_bench: %s\n", s.ToString().c_str());
         return 1;
