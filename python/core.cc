@@ -170,11 +170,46 @@ nb::dict StatsDict(const feed::LoaderStats& s) {
   return d;
 }
 
+// A Python progress callback `fn(done, total, ...)` for C++ code that calls it
+// from its own threads, one call at a time, while the GIL is released: at
+// most ten calls a second (and the last), each under the GIL. An exception
+// it raises is reported as unraisable; the work goes on. Borrows `fn`, which
+// must outlive the work.
+class PyProgress {
+ public:
+  PyProgress(const nb::object& fn, const char* where) : fn_(fn), where_(where) {}
+
+  template <typename... More>
+  void operator()(uint64_t done, uint64_t total, More... more) {
+    auto now = std::chrono::steady_clock::now();
+    if (done < total && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    nb::gil_scoped_acquire gil;
+    try {
+      fn_(done, total, more...);
+    } catch (nb::python_error& e) {
+      e.discard_as_unraisable(where_);
+    }
+  }
+
+ private:
+  const nb::object& fn_;
+  const char* where_;
+  std::chrono::steady_clock::time_point last_ =
+      std::chrono::steady_clock::now() - std::chrono::seconds(1);
+};
+
 // A Loader, or with a CUDA device a DeviceLoader, behind feed::BatchSource.
 class PyLoader {
  public:
-  PyLoader(const feed::LoaderOptions& options, const std::string& device, int device_prefetch,
-           const std::string& decode) {
+  // `open_progress(done, total)`, unless None, is called while files read
+  // where they lie get their JPEG tables on first open.
+  PyLoader(feed::LoaderOptions options, const std::string& device, int device_prefetch,
+           const std::string& decode, const nb::object& open_progress) {
+    PyProgress progress(open_progress, "saturate.Loader open_progress");
+    if (!open_progress.is_none()) {
+      options.open_progress = [&](uint64_t done, uint64_t total) { progress(done, total); };
+    }
     if (device == "cpu") {
       if (decode != "cpu" && decode != "auto") {
         throw nb::value_error(("decode=\"" + decode +
@@ -435,19 +470,10 @@ nb::dict PackStream(const std::vector<std::pair<std::string, std::string>>& fiel
   spec.source = source;
   spec.records_total = records_total;
   PyBatchStream stream(nb::iter(batches), kinds);
-  // At most ten progress calls a second, and the last one.
-  auto last = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  PyProgress call(progress, "saturate.pack progress");
   if (!progress.is_none()) {
     options.progress = [&](const pack::PackProgress& p) {
-      auto now = std::chrono::steady_clock::now();
-      if (p.items_done < p.items_total && now - last < std::chrono::milliseconds(100)) return;
-      last = now;
-      nb::gil_scoped_acquire gil;
-      try {
-        progress(p.items_done, p.items_total, p.bytes_written);
-      } catch (nb::python_error& e) {
-        e.discard_as_unraisable("saturate.pack progress");
-      }
+      call(p.items_done, p.items_total, p.bytes_written);
     };
   }
   Result<pack::PackSummary> summary = WithoutGil([&] {
@@ -667,7 +693,7 @@ NB_MODULE(_core, m) {
              const std::vector<std::string>& transforms, const std::string& device,
              int device_prefetch, const std::string& endpoint, const std::string& cache_dir,
              uint64_t cache_bytes, uint64_t readahead_bytes, int remote_requests,
-             bool block_shuffle, const std::string& decode) {
+             bool block_shuffle, const std::string& decode, const nb::object& open_progress) {
             feed::LoaderOptions o = MakeLoaderOptions(
                 dataset, batch_size, shuffle, seed, drop_last, rank, world_size, drop_uneven,
                 threads, prefetch, ram_cap_bytes, max_held_batches, skip_bad, transforms);
@@ -677,14 +703,14 @@ NB_MODULE(_core, m) {
             o.remote.readahead_bytes = readahead_bytes;
             o.remote.requests = remote_requests;
             o.block_shuffle = block_shuffle;
-            new (self) PyLoader(o, device, device_prefetch, decode);
+            new (self) PyLoader(std::move(o), device, device_prefetch, decode, open_progress);
           },
           "dataset"_a, "batch_size"_a, "shuffle"_a, "seed"_a, "drop_last"_a, "rank"_a.none(),
           "world_size"_a.none(), "drop_uneven"_a, "threads"_a, "prefetch"_a, "ram_cap_bytes"_a,
           "max_held_batches"_a, "skip_bad"_a, "transforms"_a, "device"_a = "cpu",
           "device_prefetch"_a = 2, "endpoint"_a = "", "cache_dir"_a = "", "cache_bytes"_a = 0,
           "readahead_bytes"_a = 0, "remote_requests"_a = 0, "block_shuffle"_a = false,
-          "decode"_a = "cpu")
+          "decode"_a = "cpu", "open_progress"_a.none() = nb::none())
       .def("next", &PyLoader::Next, "framework"_a, "with_info"_a = false, "stream"_a = 0)
       .def("set_epoch", &PyLoader::SetEpoch, "epoch"_a)
       .def("state_json", &PyLoader::StateJson)

@@ -27,7 +27,7 @@ import re
 import sys
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from . import _core
+from . import _core, _progress
 from .errors import CorruptionError, InvalidArgumentError, NotFoundError
 
 BATCH_ROWS = 256
@@ -344,33 +344,6 @@ def pack_parquet(
 # ---- the command line: `saturate pack [parquet] FILE... OUT` -----------------------------------
 
 
-class _Bar:
-    """The C++ tool's progress bar, on stderr when it is a terminal."""
-
-    def __init__(self):
-        import time
-
-        self.time, self.start, self.drawn = time, time.monotonic(), False
-
-    def __call__(self, done, total, bytes_written):
-        if not sys.stderr.isatty():
-            return
-        elapsed = self.time.monotonic() - self.start
-        frac = done / total if total else 0
-        rate = done / elapsed if elapsed > 0 else 0
-        eta = (total - min(done, total)) / rate if rate > 0 else 0
-        filled = int(frac * 28)
-        bar = "=" * filled + (">" + " " * (27 - filled) if filled < 28 else "")
-        sys.stderr.write(f"\rpack [{bar}] {done}/{total} {frac * 100:5.1f}% {rate:.0f} rec/s "
-                         f"{bytes_written / 2**20:.1f} MiB ETA {eta:.0f}s\033[K")
-        sys.stderr.flush()
-        self.drawn = True
-
-    def finish(self):
-        if self.drawn:
-            sys.stderr.write("\r\033[K")
-
-
 _EXIT = {"invalid_argument": 2, "not_found": 2, "already_exists": 2, "unavailable": 2,
          "corruption": 3, "io_error": 4, "cancelled": 130}
 
@@ -412,7 +385,7 @@ def main(argv: Sequence[str]) -> int:
         print("saturate pack: invalid_argument: give FILE... and OUT", file=sys.stderr)
         return 2
     out = a.ARGS[-1]
-    bar = None if a.quiet else _Bar()
+    bar = None if a.quiet else _progress.Bar("pack", "rec")
 
     def pack_to(local):
         return pack_parquet(

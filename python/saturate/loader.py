@@ -34,7 +34,7 @@ import os
 import sys
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
 
-from . import _core
+from . import _core, _progress
 from .transforms import field_spec
 
 _FRAMEWORKS = {
@@ -171,6 +171,10 @@ class Loader:
         if rank is None and world_size is None:
             rank, world_size = _distributed_rank()
         self._framework = _FRAMEWORKS[framework]
+        # WebDataset / TFRecord files get their JPEG tables on first open (a bar on a
+        # terminal; one rank per node draws it).
+        bar = _progress.Bar("indexing JPEGs", "image")
+        local_rank = os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0"))
         self._core = _core.Loader(
             dataset=os.fspath(dataset),
             batch_size=batch_size,
@@ -195,7 +199,9 @@ class Loader:
             remote_requests=remote_requests,
             block_shuffle=block_shuffle,
             decode=decode,
+            open_progress=bar if local_rank == "0" and sys.stderr.isatty() else None,
         )
+        bar.finish()
         self._device = device
         self._epoch = 0
         self._done = 0  # batches of self._epoch delivered

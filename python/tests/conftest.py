@@ -12,6 +12,7 @@ package to it.
 
 import gzip
 import os
+import pty
 import signal
 import socket
 import struct
@@ -264,3 +265,23 @@ def fake_nvml():
     if not os.path.exists(path):
         pytest.skip(f"no fake NVML library at {path} (build the tree: cmake --build build/ci)")
     return path
+
+
+def on_terminal(argv, env=None):
+    """Runs argv with stderr on a pseudo-terminal (as in a user's shell); returns stderr."""
+    main, child = pty.openpty()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=child, env=env)
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    assert proc.wait(timeout=120) == 0, out.decode(errors="replace")
+    return out.decode(errors="replace")
+

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ import pytest
 import saturate
 from saturate import transforms as T
 
-from conftest import encode_image, saturate_cmd, synthetic_photo
+from conftest import encode_image, on_terminal, saturate_cmd, synthetic_photo
 
 wds = pytest.importorskip("webdataset")
 tfrecord = pytest.importorskip("tfrecord")
@@ -316,3 +317,28 @@ def test_sample_without_image_and_wrong_field_type(tmp_path):
     assert r.returncode == 3
     assert "typed.tfrecord: record 3" in r.stderr and "'image/class/label'" in r.stderr
     assert "float_list" in r.stderr
+
+
+def test_first_open_draws_the_jpeg_indexing_bar_on_a_terminal(tmp_path):
+    write_shards(str(tmp_path), "jpg", fmt="JPEG")
+    pattern = os.path.join(str(tmp_path), "jpg-*.tar")
+    script = ("import saturate, sys\n"
+              "saturate.Loader(sys.argv[1], batch_size=4, framework='numpy')\n")
+    env = {**os.environ, "LOCAL_RANK": "0"}
+    first = on_terminal([sys.executable, "-c", script, pattern], env)
+    assert "indexing JPEGs [" in first and f" {N}/{N} 100.0%" in first, first
+    assert first.endswith("\r\x1b[K"), repr(first[-80:])  # the line is cleared once opened
+    # The index holds the tables now: the next open has nothing to draw.
+    assert "indexing" not in on_terminal([sys.executable, "-c", script, pattern], env)
+    # Another rank of the node does not draw over the first one's bar.
+    for name in os.listdir(str(tmp_path)):
+        if name.endswith(".satidx"):
+            os.remove(os.path.join(str(tmp_path), name))
+    other = on_terminal([sys.executable, "-c", script, pattern], {**env, "LOCAL_RANK": "1"})
+    assert "indexing" not in other
+    # The CLI's feed draws the same bar on the first open.
+    for name in os.listdir(str(tmp_path)):
+        if name.endswith(".satidx"):
+            os.remove(os.path.join(str(tmp_path), name))
+    cli = on_terminal([*saturate_cmd(), "bench", "feed", pattern, "--epochs", "1", "--batch", "4"])
+    assert "indexing JPEGs [" in cli and f" {N}/{N} 100.0%" in cli, cli

@@ -21,7 +21,7 @@ import pytest
 import saturate
 from saturate import transforms as T
 
-from conftest import encode_image, saturate_cmd, synthetic_photo
+from conftest import encode_image, on_terminal, saturate_cmd, synthetic_photo
 
 
 
@@ -132,6 +132,10 @@ def test_parquet_binary_column_round_trip(tmp_path):
         assert text in info
     schema = json.dumps(manifest(out)["schema"])
     assert "float32" in schema and "tags" not in schema
+    # On a terminal, `saturate pack` draws its bar and clears it at the end.
+    shown = on_terminal([sys.executable, "-m", "saturate", "pack", str(tmp_path / "train-*.parquet"),
+                         str(tmp_path / "again.sat")])
+    assert "pack [" in shown and f" {N}/{N} 100.0%" in shown and shown.endswith("\r\x1b[K"), shown
 
 
 def test_parquet_hugging_face_struct_column_through_the_saturate_command(tmp_path):

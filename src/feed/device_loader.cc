@@ -248,9 +248,7 @@ class DeviceLoader::Impl {
       return Status::InvalidArgument("max_held_batches must be at least 1");
     }
     // The schema says which fields are images; their conversion moves to the GPU.
-    format::ReaderOptions reader;
-    reader.remote = options.remote;
-    SATURATE_ASSIGN_OR_RETURN(auto dataset, format::Dataset::Open(options.dataset, reader));
+    SATURATE_ASSIGN_OR_RETURN(auto dataset, Loader::OpenDataset(options));
     LoaderOptions host = options;
     for (const format::FieldSpec& spec : dataset->schema().fields) {
       if (spec.kind != format::FieldKind::kImage) continue;
@@ -263,14 +261,13 @@ class DeviceLoader::Impl {
       std::erase_if(host.fields, [&](const FieldOptions& o) { return o.field == spec.name; });
       host.fields.push_back(f);
     }
-    dataset.reset();
     dataset_ = options.dataset;
     skip_bad_ = options.skip_bad;
     SATURATE_RETURN_IF_ERROR(OpenDecoder(options.batch_size, &host));
     host.allocator = std::make_shared<PinnedAllocator>(gpu_);
     // The stage holds `prefetch_` batches in flight and up to two whose copy may still run.
     host.max_held_batches = prefetch_ + 2;
-    SATURATE_ASSIGN_OR_RETURN(host_, Loader::Open(host));
+    SATURATE_ASSIGN_OR_RETURN(host_, Loader::Open(host, std::move(dataset)));
 
     // A device buffer holds every host tensor plus each converted image.
     size_t bytes = host_->batch_bytes() + kAlign * 3 * (host_->schema().fields.size() + 1);

@@ -787,11 +787,22 @@ class Loader::Impl {
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Loader::~Loader() = default;
 
-Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
-  if (options.batch_size == 0) return Status::InvalidArgument("batch_size must be positive");
+Result<std::unique_ptr<format::Dataset>> Loader::OpenDataset(const LoaderOptions& options) {
   format::ReaderOptions reader;
   reader.remote = options.remote;
-  SATURATE_ASSIGN_OR_RETURN(auto dataset, format::Dataset::Open(options.dataset, reader));
+  reader.open_progress = options.open_progress;
+  return format::Dataset::Open(options.dataset, reader);
+}
+
+Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
+  if (options.batch_size == 0) return Status::InvalidArgument("batch_size must be positive");
+  SATURATE_ASSIGN_OR_RETURN(auto dataset, OpenDataset(options));
+  return Open(options, std::move(dataset));
+}
+
+Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
+                                             std::unique_ptr<format::Dataset> dataset) {
+  if (options.batch_size == 0) return Status::InvalidArgument("batch_size must be positive");
   ShardSpec shard;
   if (options.rank || options.world_size) {
     shard.rank = options.rank.value_or(0);
@@ -818,8 +829,10 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   if (options.allocator && options.allocator->read_by_device()) {
     plan.set_array_stores(Stores::kStreaming);
   }
-  auto impl =
-      std::make_unique<Impl>(options, std::move(dataset), std::move(sampler), std::move(plan));
+  LoaderOptions kept = options;
+  kept.open_progress = nullptr;  // for the open only: what it calls may not outlive it
+  auto impl = std::make_unique<Impl>(std::move(kept), std::move(dataset), std::move(sampler),
+                                     std::move(plan));
   SATURATE_RETURN_IF_ERROR(impl->Start());
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }

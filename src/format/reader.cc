@@ -238,6 +238,7 @@ Result<std::unique_ptr<Dataset>> Dataset::OpenSource(const std::string& pattern,
                                                      ReaderOptions options) {
   formats::SourceOptions so;
   so.verify = options.verify_checksums;
+  so.progress = options.open_progress;
   SATURATE_ASSIGN_OR_RETURN(auto source, formats::Source::Open(pattern, so));
   Manifest m;
   m.schema = source->schema();

@@ -396,6 +396,7 @@ Result<std::unique_ptr<Source>> Source::Finish(std::unique_ptr<Source> src) {
     if (fields[i].kind == FieldKind::kImage) src->image_field_ = i;
   }
   if (src->options_.index_jpeg && src->image_field_ < fields.size()) src->MakeJpegTables();
+  src->options_.progress = nullptr;  // for the open only: what it calls may not outlive it
   return src;
 }
 

@@ -89,22 +89,9 @@ Result<feed::LoaderOptions> MakeOptions(const FeedFlags& f) {
   return o;
 }
 
-// Files read where they lie (tar, TFRecord): their sidecar indexes are made
-// here, with a progress bar, when the JPEG tables take a while.
-Status PrepareIndexes(const std::string& dataset) {
-  if (!formats::IsSourcePattern(dataset)) return Status::OK();
-  ProgressBar bar("indexing JPEGs", "image");
-  formats::SourceOptions options;
-  options.progress = [&](uint64_t done, uint64_t total) { bar.Update(done, total); };
-  auto source = formats::Source::Open(dataset, options);
-  bar.Finish();
-  return source.status();
-}
-
-// The loader the flags ask for: on the host, or with --device feeding a GPU.
-Result<std::unique_ptr<feed::BatchSource>> OpenSource(const FeedFlags& f) {
-  SATURATE_ASSIGN_OR_RETURN(feed::LoaderOptions options, MakeOptions(f));
-  SATURATE_RETURN_IF_ERROR(PrepareIndexes(f.dataset));
+// The loader on the host, or with --device feeding a GPU.
+Result<std::unique_ptr<feed::BatchSource>> OpenLoader(const FeedFlags& f,
+                                                      const feed::LoaderOptions& options) {
   if (f.device == "cpu") {
     if (f.decode == "gpu") {
       return Status::InvalidArgument("--decode gpu needs --device cuda (or cuda:N)");
@@ -119,6 +106,17 @@ Result<std::unique_ptr<feed::BatchSource>> OpenSource(const FeedFlags& f) {
       std::unique_ptr<feed::DeviceLoader> loader,
       feed::DeviceLoader::Open(options, {.device = f.device, .decode = f.decode}));
   return std::unique_ptr<feed::BatchSource>(std::move(loader));
+}
+
+// The loader the flags ask for, with a progress bar while files read where
+// they lie (tar, TFRecord) get their JPEG tables on first open.
+Result<std::unique_ptr<feed::BatchSource>> OpenSource(const FeedFlags& f) {
+  SATURATE_ASSIGN_OR_RETURN(feed::LoaderOptions options, MakeOptions(f));
+  ProgressBar bar("indexing JPEGs", "image");
+  options.open_progress = [&](uint64_t done, uint64_t total) { bar.Update(done, total); };
+  auto source = OpenLoader(f, options);
+  bar.Finish();
+  return source;
 }
 
 int RunFeed(const FeedFlags& f) {

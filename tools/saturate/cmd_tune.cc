@@ -155,7 +155,11 @@ Result<tune::FeedPoint> FeedTrial(const FeedTuneFlags& f, int threads, int prefe
   o.prefetch = prefetch;
   o.remote = f.remote;
   SATURATE_ASSIGN_OR_RETURN(o.fields, ParseTransforms(f.transforms));
-  SATURATE_ASSIGN_OR_RETURN(std::unique_ptr<feed::Loader> loader, feed::Loader::Open(o));
+  ProgressBar bar("indexing JPEGs", "image");  // the first trial on files read where they lie
+  o.open_progress = [&](uint64_t done, uint64_t total) { bar.Update(done, total); };
+  auto opened = feed::Loader::Open(o);
+  bar.Finish();
+  SATURATE_ASSIGN_OR_RETURN(std::unique_ptr<feed::Loader> loader, std::move(opened));
   SATURATE_ASSIGN_OR_RETURN(feed::FeedMeasurement m,
                             feed::MeasureFeed(*loader, {.warmup = f.warmup, .seconds = seconds}));
   return tune::FeedPoint{m.samples_per_s(), m.cpu_cores, m.wait_pct(), m.timed_batches(f.warmup)};

@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,10 @@
 #include "saturate/base/status.h"
 #include "saturate/format/schema.h"
 #include "saturate/remote/range_reader.h"
+
+namespace saturate::format {
+class Dataset;
+}  // namespace saturate::format
 
 namespace saturate::feed {
 
@@ -155,6 +160,10 @@ struct LoaderOptions {
   // s3:// and http(s):// datasets: endpoint, cache directory and budget,
   // read-ahead window and concurrent requests (docs/remote.md).
   remote::RemoteOptions remote;
+  // Files read where they lie: called while their first open makes the JPEG
+  // tables (samples done, samples to do), from the indexing threads, one
+  // call at a time (format::ReaderOptions::open_progress).
+  std::function<void(uint64_t done, uint64_t total)> open_progress;
   // Internal (DeviceLoader's GPU decode): JPEG samples it wants are handed to
   // it, crop and flip drawn, instead of being decoded by the workers.
   std::shared_ptr<ImageDeferral> image_deferral;
@@ -277,6 +286,12 @@ class BatchSource {
 class Loader : public BatchSource {
  public:
   static Result<std::unique_ptr<Loader>> Open(const LoaderOptions& options);
+  // The dataset options.dataset names, opened as Open(options) opens it.
+  static Result<std::unique_ptr<format::Dataset>> OpenDataset(const LoaderOptions& options);
+  // Open() on a dataset from OpenDataset(options): a caller that reads the
+  // schema first does not open (or index) the dataset twice.
+  static Result<std::unique_ptr<Loader>> Open(const LoaderOptions& options,
+                                              std::unique_ptr<format::Dataset> dataset);
   ~Loader() override;  // stops the workers; never hangs, even mid-epoch
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;

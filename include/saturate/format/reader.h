@@ -28,6 +28,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -56,6 +57,9 @@ struct ReaderOptions {
   // A record failing its check fails every read. Verify() checks them all.
   bool verify_checksums = true;
   remote::RemoteOptions remote;  // s3:// and http(s):// datasets only
+  // WebDataset / TFRecord patterns: called while the first open makes the
+  // sidecar index's JPEG tables (formats::SourceOptions::progress).
+  std::function<void(uint64_t done, uint64_t total)> open_progress;
 };
 
 // One record: a view of its fields, decoded lazily from its field table.
