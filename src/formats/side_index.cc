@@ -1,8 +1,11 @@
 #include "formats/side_index.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -167,6 +170,36 @@ bool SaveFileIndex(const FileIndex& index, const std::vector<std::string>& candi
     std::remove(tmp.c_str());
   }
   return false;
+}
+
+IndexBuildLock IndexBuildLock::Acquire(const std::vector<std::string>& candidates) {
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const std::string path = candidates[i] + ".lock";
+    std::error_code ec;
+    if (i > 0) std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) continue;
+    int rc;
+    do {
+      rc = ::flock(fd, LOCK_EX);
+    } while (rc != 0 && errno == EINTR);
+    if (rc == 0) return IndexBuildLock(fd);
+    ::close(fd);  // no flock here (ENOLCK, EOPNOTSUPP): build without one
+    return IndexBuildLock();
+  }
+  return IndexBuildLock();
+}
+
+IndexBuildLock& IndexBuildLock::operator=(IndexBuildLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+IndexBuildLock::~IndexBuildLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor releases the flock
 }
 
 }  // namespace saturate::formats

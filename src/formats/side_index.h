@@ -23,6 +23,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "saturate/base/status.h"
@@ -69,6 +70,30 @@ std::vector<std::string> IndexCandidates(const std::string& data_path,
 
 // Writes `index` to the first candidate that accepts it; false if none did.
 bool SaveFileIndex(const FileIndex& index, const std::vector<std::string>& candidates);
+
+// Lets one process at a time make missing indexes: an exclusive flock on
+// `CANDIDATE.lock`, the first of `candidates` where that file can be made
+// (it is left there, empty). The ranks of a node that open the same files
+// at once then wait for the first one, and read what it saved instead of
+// each scanning every file and decoding every image again. Released when
+// destroyed or when the process ends, however it ends. Holds nothing where
+// no lock file can be made or the file system has no flock: each process
+// then builds, as without it (safe, only slower).
+class IndexBuildLock {
+ public:
+  IndexBuildLock() = default;
+  // Blocks until the lock is held (or known to be unavailable).
+  static IndexBuildLock Acquire(const std::vector<std::string>& candidates);
+  IndexBuildLock(IndexBuildLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  IndexBuildLock& operator=(IndexBuildLock&& other) noexcept;
+  ~IndexBuildLock();
+
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  explicit IndexBuildLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
 
 }  // namespace saturate::formats
 

@@ -200,32 +200,49 @@ std::optional<FileIndex> LoadIndex(const std::string& path) {
   return std::move(*index);
 }
 
-// Opens a data file and finds or builds its index.
-Status OpenFile(SourceFormat format, const SourceOptions& options, bool* built,
-                std::unique_ptr<ReadOnlyFile>* data, FileIndex* out, const std::string& path) {
-  SATURATE_ASSIGN_OR_RETURN(*data, ReadOnlyFile::Open(path, true));
-  const uint32_t kind = format == SourceFormat::kWebDataset ? kKindTar : kKindTfrecord;
-  const uint64_t size = (*data)->size();
-  const int64_t mtime = MtimeNs(path);
-  const std::vector<std::string> candidates = IndexCandidates(path, options.index_dir);
-  if (options.write_index) {
-    for (const std::string& c : candidates) {
-      if (auto found = LoadIndex(c); found && found->kind == kind && found->data_size == size &&
-                                     found->data_mtime_ns == mtime) {
-        *out = std::move(*found);
-        *built = false;
-        return Status::OK();
-      }
+// A saved index of the data file `like` was made for (same kind, size and
+// mtime), if one is current.
+std::optional<FileIndex> FindIndex(const std::vector<std::string>& candidates,
+                                   const FileIndex& like) {
+  for (const std::string& c : candidates) {
+    if (auto found = LoadIndex(c); found && found->kind == like.kind &&
+                                   found->data_size == like.data_size &&
+                                   found->data_mtime_ns == like.data_mtime_ns) {
+      return found;
     }
   }
-  *built = true;
-  FileIndex index{kind, size, mtime, {}};
+  return std::nullopt;
+}
+
+enum class IndexFrom { kNone, kSaved, kBuilt };
+
+// Opens a data file (unless `*data` is open already) and finds its saved
+// index; without a current one, builds (and saves) it when `build`, else
+// leaves `*from` at kNone.
+Status OpenFile(SourceFormat format, const SourceOptions& options, bool build, IndexFrom* from,
+                std::unique_ptr<ReadOnlyFile>* data, FileIndex* out, const std::string& path) {
+  if (*data == nullptr) {
+    SATURATE_ASSIGN_OR_RETURN(*data, ReadOnlyFile::Open(path, true));
+  }
+  const uint64_t size = (*data)->size();
+  FileIndex index{
+      format == SourceFormat::kWebDataset ? kKindTar : kKindTfrecord, size, MtimeNs(path), {}};
+  const std::vector<std::string> candidates = IndexCandidates(path, options.index_dir);
+  if (options.write_index) {
+    if (auto found = FindIndex(candidates, index)) {
+      *out = std::move(*found);
+      *from = IndexFrom::kSaved;
+      return Status::OK();
+    }
+  }
+  *from = IndexFrom::kNone;
+  if (!build) return Status::OK();
   std::vector<std::byte> scratch;
   std::span<const std::byte> bytes;
   if (size > 0) {
     SATURATE_ASSIGN_OR_RETURN(bytes, (*data)->Read(0, size, &scratch));
   }
-  if (kind == kKindTar) {
+  if (index.kind == kKindTar) {
     SATURATE_ASSIGN_OR_RETURN(std::vector<TarMember> members, IndexTar(bytes));
     for (TarMember& m : members) index.entries.push_back({std::move(m.name), m.offset, m.size});
   } else {
@@ -236,6 +253,7 @@ Status OpenFile(SourceFormat format, const SourceOptions& options, bool* built,
   // a job stopped in between keeps the offsets.
   if (options.write_index) SaveFileIndex(index, candidates);
   *out = std::move(index);
+  *from = IndexFrom::kBuilt;
   return Status::OK();
 }
 
@@ -283,21 +301,32 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
   const size_t n = spec.files.size();
   src->files_.resize(n);
   std::vector<Status> results(n);
-  std::vector<char> built(n, 0);
-  ParallelFor(n, 8, [&](size_t i) {
-    auto file = std::make_unique<File>();
-    file->path = spec.files[i];
-    file->name = names != nullptr && i < names->size() ? (*names)[i] : spec.files[i];
-    bool b = false;
-    results[i] = OpenFile(spec.format, spec.options, &b, &file->data, &file->index, file->path)
-                     .WithContext(file->name);
-    built[i] = b;
-    src->files_[i] = std::move(file);
-  });
+  std::vector<IndexFrom> from(n, IndexFrom::kNone);
   for (size_t i = 0; i < n; ++i) {
-    SATURATE_RETURN_IF_ERROR(results[i]);
-    src->indexes_built_ += built[i];
+    src->files_[i] = std::make_unique<File>();
+    src->files_[i]->path = spec.files[i];
+    src->files_[i]->name = names != nullptr && i < names->size() ? (*names)[i] : spec.files[i];
   }
+  // Saved indexes first; the missing ones are made by one process at a time
+  // (IndexBuildLock), which may find them made by another after its wait.
+  IndexBuildLock lock;
+  for (bool build : {false, true}) {
+    if (build) {
+      if (std::find(from.begin(), from.end(), IndexFrom::kNone) == from.end()) break;
+      if (spec.options.write_index) {
+        lock = IndexBuildLock::Acquire(IndexCandidates(spec.files[0], spec.options.index_dir));
+      }
+    }
+    ParallelFor(n, 8, [&](size_t i) {
+      if (from[i] != IndexFrom::kNone) return;
+      File& file = *src->files_[i];
+      results[i] =
+          OpenFile(spec.format, spec.options, build, &from[i], &file.data, &file.index, file.path)
+              .WithContext(file.name);
+    });
+    for (size_t i = 0; i < n; ++i) SATURATE_RETURN_IF_ERROR(results[i]);
+  }
+  src->indexes_built_ = std::count(from.begin(), from.end(), IndexFrom::kBuilt);
   // WebDataset: consecutive members sharing a key are one sample.
   if (spec.format == SourceFormat::kWebDataset) {
     for (auto& file : src->files_) {
@@ -352,11 +381,11 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
     }
     src->schema_ = std::move(plan.schema);
     src->features_ = std::move(plan.features);
-    return Finish(std::move(src));
+    return Finish(std::move(src), &lock);
   }
   if (schema != nullptr) {
     src->schema_ = *schema;
-    return Finish(std::move(src));
+    return Finish(std::move(src), &lock);
   }
   // WebDataset: the fields of the first samples.
   bool image = false, label = false;
@@ -387,17 +416,37 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
     if (ext == "key" || ext == "image" || ext == "label") continue;
     src->schema_.fields.push_back(FieldSpec{ext, FieldKind::kBytes});
   }
-  return Finish(std::move(src));
+  return Finish(std::move(src), &lock);
 }
 
-Result<std::unique_ptr<Source>> Source::Finish(std::unique_ptr<Source> src) {
+Result<std::unique_ptr<Source>> Source::Finish(std::unique_ptr<Source> src, IndexBuildLock* lock) {
   const auto& fields = src->schema_.fields;
   for (size_t i = 0; i < fields.size(); ++i) {
     if (fields[i].kind == FieldKind::kImage) src->image_field_ = i;
   }
-  if (src->options_.index_jpeg && src->image_field_ < fields.size()) src->MakeJpegTables();
+  if (src->options_.index_jpeg && src->image_field_ < fields.size()) {
+    src->LoadJpegTablesAfterWait(lock);
+    src->MakeJpegTables();
+  }
   src->options_.progress = nullptr;  // for the open only: what it calls may not outlive it
   return src;
+}
+
+void Source::LoadJpegTablesAfterWait(IndexBuildLock* lock) {
+  auto lacking = [](const std::unique_ptr<File>& f) { return !f->index.has_jpeg_tables; };
+  if (!options_.write_index || lock->held() ||
+      std::none_of(files_.begin(), files_.end(), lacking)) {
+    return;
+  }
+  *lock = IndexBuildLock::Acquire(IndexCandidates(files_[0]->path, options_.index_dir));
+  ParallelFor(files_.size(), 8, [&](size_t i) {
+    File& file = *files_[i];
+    if (file.index.has_jpeg_tables) return;
+    auto found = FindIndex(IndexCandidates(file.path, options_.index_dir), file.index);
+    if (found && found->has_jpeg_tables && found->entries.size() == file.index.entries.size()) {
+      file.index = std::move(*found);
+    }
+  });
 }
 
 void Source::MakeJpegTables() {

@@ -1,7 +1,10 @@
 #include "saturate/formats/source.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "base/testing.h"
 #include "formats/example.h"
@@ -222,6 +225,85 @@ TEST(Source, JpegTablesAreMadeWithTheIndexAndKept) {
   auto off = Source::Open(dir.Join("a.tar?jpeg_index=0"), Local(dir));
   SATURATE_ASSERT_OK(off.status());
   EXPECT_EQ(tables(**off), std::vector<size_t>(3, 0));
+}
+
+// Two JPEG shards, for the tests of opening at once.
+std::string TwoJpegShards(const TempDir& dir) {
+  for (int s = 0; s < 2; ++s) {
+    std::vector<std::pair<std::string, std::string>> members;
+    for (int i = 0; i < 4; ++i) {
+      const std::string key = "s" + std::to_string(s) + "_" + std::to_string(i);
+      members.push_back({key + ".jpg", GradientJpeg(4 * s + i)});
+      members.push_back({key + ".cls", std::to_string(i)});
+    }
+    WriteFile(dir.Join("j-" + std::to_string(s) + ".tar"), MakeTar(members));
+  }
+  return dir.Join("j-{0..1}.tar");
+}
+
+// While another process makes the indexes (it holds the lock), an opener
+// waits instead of scanning the files too.
+TEST(Source, MissingIndexesWaitForTheProcessMakingThem) {
+  TempDir dir;
+  const std::string pattern = TwoJpegShards(dir);
+  auto other = IndexBuildLock::Acquire(IndexCandidates(dir.Join("j-0.tar"), dir.Join("cache")));
+  ASSERT_TRUE(other.held());
+  std::atomic<bool> done{false};
+  Result<std::unique_ptr<Source>> src = Status::Internal("not opened");
+  std::thread opener([&] {
+    src = Source::Open(pattern, Local(dir));
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(done.load());
+  other = IndexBuildLock();  // the other process ends without saving anything
+  opener.join();
+  SATURATE_ASSERT_OK(src.status());
+  EXPECT_EQ((*src)->indexes_built(), 2u);  // so this one made them itself
+  EXPECT_EQ((*src)->size(), 8u);
+}
+
+// Two ranks opening at once: the second waits for the first one's JPEG
+// tables and takes them from its index instead of decoding every image.
+TEST(Source, AWaitingOpenerTakesTheTablesTheFirstOneSaved) {
+  TempDir dir;
+  const std::string pattern = TwoJpegShards(dir);
+  std::atomic<bool> building{false}, second_started{false};
+  std::atomic<int> first_calls{0}, second_calls{0};
+  SourceOptions first_options = Local(dir);
+  first_options.progress = [&](uint64_t, uint64_t) {
+    if (first_calls++ > 0) return;
+    building = true;  // offsets saved, tables being made, the lock held
+    while (!second_started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the second reaches the lock
+  };
+  SourceOptions second_options = Local(dir);
+  second_options.progress = [&](uint64_t, uint64_t) { ++second_calls; };
+  Result<std::unique_ptr<Source>> first = Status::Internal("not opened");
+  Result<std::unique_ptr<Source>> second = Status::Internal("not opened");
+  std::thread a([&] { first = Source::Open(pattern, first_options); });
+  while (!building) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::thread b([&] {
+    second_started = true;
+    second = Source::Open(pattern, second_options);
+  });
+  a.join();
+  b.join();
+  SATURATE_ASSERT_OK(first.status());
+  SATURATE_ASSERT_OK(second.status());
+  EXPECT_EQ((*first)->indexes_built(), 2u);
+  EXPECT_EQ((*second)->indexes_built(), 0u);
+  EXPECT_GT(first_calls.load(), 0);
+  EXPECT_EQ(second_calls.load(), 0);  // it made no table
+  Sample x, y;
+  for (uint64_t i = 0; i < 8; ++i) {
+    SATURATE_ASSERT_OK((*first)->Read(i, &x));
+    SATURATE_ASSERT_OK((*second)->Read(i, &y));
+    ASSERT_FALSE(y.image_entries.empty()) << i;
+    EXPECT_TRUE(std::equal(x.image_entries.begin(), x.image_entries.end(), y.image_entries.begin(),
+                           y.image_entries.end()))
+        << i;
+  }
 }
 
 // Tables whose starts do not add up are refused, never used.

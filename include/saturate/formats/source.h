@@ -25,7 +25,10 @@
 // The index also holds, per sample, its image's JPEG entry table (made
 // after the offsets, in parallel, about one decode of each image; see
 // SourceOptions::index_jpeg), so that such a JPEG is cut around its crop
-// as a restart-marked one is.
+// as a restart-marked one is. Indexes and tables missing are made by one
+// process at a time (a lock file beside the first file's index): the ranks
+// of a node opening the same files at once wait for the first one and read
+// what it saved.
 //
 // Uncompressed files are memory-mapped and stay open (Open() raises the
 // soft limit on open files toward the hard one when there are many); gzip'd
@@ -54,6 +57,8 @@
 namespace saturate::formats {
 
 enum class SourceFormat { kWebDataset, kTfrecord };
+
+class IndexBuildLock;  // src/formats/side_index.h
 
 struct SourceOptions {
   std::string image_key = "image/encoded";      // TFRecord: the image's feature
@@ -137,7 +142,11 @@ class Source {
  private:
   struct File;
   Source() = default;
-  static Result<std::unique_ptr<Source>> Finish(std::unique_ptr<Source> src);
+  // After the schema: the JPEG tables, taken or made under `lock` (Open's).
+  static Result<std::unique_ptr<Source>> Finish(std::unique_ptr<Source> src, IndexBuildLock* lock);
+  // Waits for the process making tables (IndexBuildLock) unless `lock` is
+  // held already, then takes the tables it saved.
+  void LoadJpegTablesAfterWait(IndexBuildLock* lock);
   void MakeJpegTables();
   std::pair<const File*, uint64_t> Locate(uint64_t index) const;
   Status ReadWebDataset(const File& file, uint64_t local, Sample* sample) const;
