@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <string_view>
 
 namespace saturate::formats {
 namespace {
@@ -109,6 +110,18 @@ Result<std::vector<std::string>> ExpandBraces(const std::string& pattern) {
   return out;
 }
 
+namespace {
+
+// An index beside a data file, its lock or a temporary of it (side_index.h).
+bool IsSidecar(std::string_view path) {
+  const size_t at = path.rfind(".satidx");
+  if (at == std::string_view::npos) return false;
+  const std::string_view rest = path.substr(at + 7);
+  return rest.empty() || rest == ".lock" || rest.starts_with(".tmp");
+}
+
+}  // namespace
+
 Result<std::vector<std::string>> ExpandPattern(const std::string& pattern) {
   SATURATE_ASSIGN_OR_RETURN(std::vector<std::string> names, ExpandBraces(pattern));
   std::vector<std::string> files;
@@ -117,7 +130,9 @@ Result<std::vector<std::string>> ExpandPattern(const std::string& pattern) {
     const int rc = ::glob(name.c_str(), GLOB_NOSORT, nullptr, &g);
     std::vector<std::string> matched;
     if (rc == 0) {
-      for (size_t i = 0; i < g.gl_pathc; ++i) matched.emplace_back(g.gl_pathv[i]);
+      for (size_t i = 0; i < g.gl_pathc; ++i) {
+        if (!IsSidecar(g.gl_pathv[i])) matched.emplace_back(g.gl_pathv[i]);
+      }
     }
     ::globfree(&g);
     if (rc != 0 && rc != GLOB_NOMATCH) {

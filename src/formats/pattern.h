@@ -21,7 +21,10 @@ namespace saturate::formats {
 // InvalidArgument for an unbalanced brace or a range over 1,000,000 items.
 Result<std::vector<std::string>> ExpandBraces(const std::string& pattern);
 
-// Braces, then globs. NotFound (naming the pattern) when nothing matches.
+// Braces, then globs. Globs leave out the indexes saturate writes beside
+// data files (FILE.satidx, its .lock and temporaries), so that
+// "tfrecord:train-*" matches the same files after its first open. NotFound
+// (naming the pattern) when nothing matches.
 Result<std::vector<std::string>> ExpandPattern(const std::string& pattern);
 
 }  // namespace saturate::formats

@@ -43,5 +43,18 @@ TEST(Pattern, GlobsSortAndMissingNamesFail) {
       HasError(ExpandPattern(dir.Join("*.zip")).status(), StatusCode::kNotFound, {"no such"}));
 }
 
+// "tfrecord:train-*" must match the same files after its first open wrote
+// the indexes beside them.
+TEST(Pattern, GlobsLeaveOutTheIndexesBesideTheData) {
+  TempDir dir;
+  for (const char* n : {"train-0", "train-0.satidx", "train-0.satidx.lock", "train-0.satidx.tmp42",
+                        "train-1.satidx-notes"}) {
+    std::ofstream(dir.Join(n)) << "x";
+  }
+  auto r = ExpandPattern(dir.Join("train-*"));
+  SATURATE_ASSERT_OK(r.status());
+  EXPECT_EQ(*r, (V{dir.Join("train-0"), dir.Join("train-1.satidx-notes")}));
+}
+
 }  // namespace
 }  // namespace saturate::formats
