@@ -102,16 +102,6 @@ Status Expand(const std::string& pattern, std::vector<std::string>* out) {
   return Status::OK();
 }
 
-}  // namespace
-
-Result<std::vector<std::string>> ExpandBraces(const std::string& pattern) {
-  std::vector<std::string> out;
-  SATURATE_RETURN_IF_ERROR(Expand(pattern, &out));
-  return out;
-}
-
-namespace {
-
 // An index beside a data file, its lock or a temporary of it (side_index.h).
 bool IsSidecar(std::string_view path) {
   const size_t at = path.rfind(".satidx");
@@ -121,6 +111,12 @@ bool IsSidecar(std::string_view path) {
 }
 
 }  // namespace
+
+Result<std::vector<std::string>> ExpandBraces(const std::string& pattern) {
+  std::vector<std::string> out;
+  SATURATE_RETURN_IF_ERROR(Expand(pattern, &out));
+  return out;
+}
 
 Result<std::vector<std::string>> ExpandPattern(const std::string& pattern) {
   SATURATE_ASSIGN_OR_RETURN(std::vector<std::string> names, ExpandBraces(pattern));
