@@ -747,13 +747,15 @@ NB_MODULE(_core, m) {
   m.def(
       "pack_source",
       [](const std::vector<std::string>& sources, const std::string& image_key,
-         const std::string& label_key, const std::string& out, const pack::PackOptions& o) {
+         const std::string& label_key, const std::string& out, pack::PackOptions o,
+         const std::string& endpoint) {
         formats::SourceOptions so;
         so.image_key = image_key;
         so.label_key = label_key;
+        o.endpoint = endpoint;
         return RunPack([&] { return pack::PackSource(sources, so, out, o); });
       },
-      "sources"_a, "image_key"_a, "label_key"_a, "out"_a, "options"_a);
+      "sources"_a, "image_key"_a, "label_key"_a, "out"_a, "options"_a, "endpoint"_a = "");
   m.def("is_source_pattern", &formats::IsSourcePattern, "path"_a);
   m.def(
       "upload_dataset",

@@ -77,7 +77,9 @@ def pack(
       - WebDataset tar shards or TFRecord files of tf.Example, by pattern
         (``"laion-{000..009}.tar"``, ``"train-*.tfrecord"``, ``.gz`` too; a list of them), with
         ``image_key`` / ``label_key`` naming the TFRecord features (default
-        ``image/encoded``, ``image/class/label``; docs/formats.md);
+        ``image/encoded``, ``image/class/label``; docs/formats.md); in a bucket too
+        (``"s3://bucket/laion/{00000..00999}.tar"``, or a glob in the last part of the name):
+        fetched one object at a time (``endpoint=`` or ``AWS_ENDPOINT_URL``; docs/remote.md);
       - Parquet files (``"train-*.parquet"``, Hugging Face datasets; read with pyarrow,
         ``pip install 'saturate[parquet]'``), ``image_column`` holding the encoded images
         (binary, or the struct ``{bytes, path}``), ``label_column`` the labels (``""`` for
@@ -124,7 +126,7 @@ def pack(
         label_key = "image/class/label"
     if isinstance(source, (list, tuple)) or _core.is_source_pattern(os.fspath(source)):
         return _core.pack_source(sources=sources, image_key=image_key, label_key=label_key,
-                                 out=out, options=options)
+                                 out=out, options=options, endpoint=endpoint)
     source = os.fspath(source)
     if labels is not None:  # IDX arrays: no images to check or re-encode
         return _core.pack_idx(images=source, labels=os.fspath(labels),

@@ -232,6 +232,57 @@ def test_pack_to_s3_from_python(s3, folder, tmp_path):
                 and os.path.getmtime(os.path.join(tempfile.gettempdir(), p)) > time.time() - 60]
 
 
+def test_pack_webdataset_shards_straight_from_the_bucket(s3, folder, tmp_path):
+    """LAION-style shards in a bucket, packed one object at a time into a dataset in the
+    bucket, equal to packing local copies of the same files."""
+    import gzip
+
+    wds = pytest.importorskip("webdataset")
+    local = tmp_path / "shards"
+    local.mkdir()
+    photos = sorted(os.path.join(d, f) for d, _, fs in os.walk(folder) for f in fs)
+    for s, name in enumerate(["shard-0.tar", "shard-1.tar", "gz-0.tar"]):
+        with wds.TarWriter(str(local / name)) as sink:
+            for i in range(s, len(photos), 3):
+                with open(photos[i], "rb") as f:
+                    sink.write({"__key__": f"p{i:03d}", "jpg": f.read(), "cls": i % 3})
+    with open(local / "gz-0.tar", "rb") as f, gzip.open(local / "gz-0.tar.gz", "wb") as g:
+        shutil.copyfileobj(f, g)
+    for name in ["shard-0.tar", "shard-1.tar", "gz-0.tar.gz"]:
+        s3.curl("-T", str(local / name), f"{s3.endpoint}/{BUCKET}/laion/{name}")
+    want = str(tmp_path / "local.sat")
+    cli("pack", str(local / "shard-*.tar"), str(local / "gz-0.tar.gz"), want, "-q")
+
+    # A glob (the bucket is listed) and a brace pattern of a gzip'd object, into the bucket.
+    url = f"s3://{BUCKET}/laion-packed"
+    summary = json.loads(cli("pack", f"s3://{BUCKET}/laion/shard-*.tar",
+                             f"s3://{BUCKET}/laion/gz-{{0..0}}.tar.gz", url, "--json",
+                             "--force").stdout)
+    assert summary["records"] == len(photos)
+    labels, images, _ = epoch(url)
+    want_labels, want_images, _ = epoch(want)
+    np.testing.assert_array_equal(labels, want_labels)
+    np.testing.assert_array_equal(images, want_images)
+    info = json.loads(cli("inspect", url, "--json").stdout)
+    assert f"s3://{BUCKET}/laion/shard-*.tar" in json.dumps(info)  # the source, as given
+    # From Python, with the endpoint given rather than taken from the environment.
+    saved = os.environ.pop("AWS_ENDPOINT_URL")
+    try:
+        py = saturate.pack(f"s3://{BUCKET}/laion/shard-{{0..1}}.tar", str(tmp_path / "py.sat"),
+                           endpoint=s3.endpoint)
+    finally:
+        os.environ["AWS_ENDPOINT_URL"] = saved
+    assert py["records"] == len(range(0, len(photos), 3)) + len(range(1, len(photos), 3))
+
+    # A missing object is named by its URL; shards are not read in place from a bucket.
+    r = cli("pack", f"s3://{BUCKET}/laion/shard-{{0..2}}.tar", str(tmp_path / "x.sat"),
+            check=False)
+    assert r.returncode != 0 and f"s3://{BUCKET}/laion/shard-2.tar" in r.stderr, r.stderr
+    assert not os.path.exists(tmp_path / "x.sat.unpack")
+    with pytest.raises(saturate.errors.InvalidArgumentError, match="saturate pack"):
+        saturate.Loader(f"s3://{BUCKET}/laion/shard-{{0..1}}.tar", 8)
+
+
 def test_readme_example_trains_from_s3_with_a_cache(s3, folder, tmp_path):
     """examples/train_resnet18_photos.py, unchanged, with --data s3://...: what the README
     shows a new user, read through the cache directory."""

@@ -307,7 +307,10 @@ Result<Record> Dataset::GetSource(uint64_t index) const {
 }
 
 Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, ReaderOptions options) {
-  if (remote::IsRemoteUrl(dir)) return OpenRemote(dir, std::move(options));
+  if (remote::IsRemoteUrl(dir)) {
+    if (formats::IsSourcePattern(dir)) return formats::RemoteSourceIsPacked(dir);
+    return OpenRemote(dir, std::move(options));
+  }
   std::error_code ec;
   if (formats::IsSourcePattern(dir) && !std::filesystem::is_directory(dir, ec)) {
     return OpenSource(dir, std::move(options));

@@ -1,5 +1,6 @@
 #include "formats/pattern.h"
 
+#include <fnmatch.h>
 #include <glob.h>
 
 #include <algorithm>
@@ -118,6 +119,32 @@ Result<std::vector<std::string>> ExpandBraces(const std::string& pattern) {
   return out;
 }
 
+bool HasWildcards(std::string_view name) {
+  return name.find_first_of("*?[") != std::string_view::npos;
+}
+
+Result<std::vector<std::string>> MatchPattern(const std::string& pattern,
+                                              const std::vector<std::string>& names) {
+  SATURATE_ASSIGN_OR_RETURN(std::vector<std::string> wanted, ExpandBraces(pattern));
+  std::vector<std::string> out;
+  for (const std::string& want : wanted) {
+    if (!HasWildcards(want)) {
+      out.push_back(want);
+      continue;
+    }
+    std::vector<std::string> matched;
+    for (const std::string& name : names) {
+      if (::fnmatch(want.c_str(), name.c_str(), FNM_PATHNAME) == 0 && !IsSidecar(name)) {
+        matched.push_back(name);
+      }
+    }
+    std::sort(matched.begin(), matched.end());
+    out.insert(out.end(), matched.begin(), matched.end());
+  }
+  if (out.empty()) return Status::NotFound(pattern + ": no such object(s)");
+  return out;
+}
+
 Result<std::vector<std::string>> ExpandPattern(const std::string& pattern) {
   SATURATE_ASSIGN_OR_RETURN(std::vector<std::string> names, ExpandBraces(pattern));
   std::vector<std::string> files;
@@ -134,7 +161,7 @@ Result<std::vector<std::string>> ExpandPattern(const std::string& pattern) {
     if (rc != 0 && rc != GLOB_NOMATCH) {
       return Status::IOError(pattern + ": cannot list files matching " + name);
     }
-    if (matched.empty() && name.find_first_of("*?[") == std::string::npos && names.size() > 1) {
+    if (matched.empty() && !HasWildcards(name) && names.size() > 1) {
       return Status::NotFound(pattern + ": " + name + ": no such file");
     }
     std::sort(matched.begin(), matched.end());

@@ -10,6 +10,7 @@
 #define SATURATE_FORMATS_PATTERN_H_
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "saturate/base/status.h"
@@ -26,6 +27,18 @@ Result<std::vector<std::string>> ExpandBraces(const std::string& pattern);
 // "tfrecord:train-*" matches the same files after its first open. NotFound
 // (naming the pattern) when nothing matches.
 Result<std::vector<std::string>> ExpandPattern(const std::string& pattern);
+
+// Braces, then globs, against `names` (the objects of a remote location,
+// relative to it) instead of the file system: a glob matches within one
+// path segment ('*' does not cross '/'); a name without wildcards is kept
+// as it is, listed or not (fetching it says whether it exists). Sorted per
+// expanded name, as ExpandPattern. NotFound (naming the pattern) when
+// nothing matches.
+Result<std::vector<std::string>> MatchPattern(const std::string& pattern,
+                                              const std::vector<std::string>& names);
+
+// True when a name has glob characters (* ? [).
+bool HasWildcards(std::string_view name);
 
 }  // namespace saturate::formats
 

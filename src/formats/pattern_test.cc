@@ -43,6 +43,21 @@ TEST(Pattern, GlobsSortAndMissingNamesFail) {
       HasError(ExpandPattern(dir.Join("*.zip")).status(), StatusCode::kNotFound, {"no such"}));
 }
 
+TEST(Pattern, MatchAgainstListedNames) {
+  const V listed = {"b/x-1.tar", "x-2.tar", "x-1.tar", "x-1.tar.satidx", "y.tar", "x-10.tar"};
+  auto r = MatchPattern("x-*.tar", listed);
+  SATURATE_ASSERT_OK(r.status());
+  EXPECT_EQ(*r, (V{"x-1.tar", "x-10.tar", "x-2.tar"}));  // not b/x-1.tar: '*' stays in a segment
+  r = MatchPattern("x-{1..3}.tar", listed);  // names without wildcards are kept, listed or not
+  SATURATE_ASSERT_OK(r.status());
+  EXPECT_EQ(*r, (V{"x-1.tar", "x-2.tar", "x-3.tar"}));
+  r = MatchPattern("{b/x-?,y}.tar", listed);
+  SATURATE_ASSERT_OK(r.status());
+  EXPECT_EQ(*r, (V{"b/x-1.tar", "y.tar"}));
+  EXPECT_TRUE(HasError(MatchPattern("z-*.tar", listed).status(), StatusCode::kNotFound,
+                       {"z-*.tar", "no such object"}));
+}
+
 // "tfrecord:train-*" must match the same files after its first open wrote
 // the indexes beside them.
 TEST(Pattern, GlobsLeaveOutTheIndexesBesideTheData) {

@@ -167,8 +167,21 @@ Result<SourceSpec> ParseSourceSpec(const std::string& path, const SourceOptions&
     start = end + 1;
   }
   spec.pattern = rest;
-  SATURATE_ASSIGN_OR_RETURN(spec.files, ExpandPattern(rest));
+  spec.remote =
+      rest.starts_with("s3://") || rest.starts_with("http://") || rest.starts_with("https://");
+  if (!spec.remote) {
+    SATURATE_ASSIGN_OR_RETURN(spec.files, ExpandPattern(rest));
+  }
   return spec;
+}
+
+Status RemoteSourceIsPacked(const std::string& pattern) {
+  return Status::InvalidArgument(
+      pattern +
+      ": WebDataset and TFRecord files in object storage are not read in place; pack them "
+      "(one object at a time, straight from the bucket) and read the packed dataset from it: "
+      "saturate pack '" +
+      pattern + "' s3://BUCKET/PREFIX");
 }
 
 Source::~Source() = default;
@@ -279,6 +292,7 @@ Result<std::span<const std::byte>> RecordData(const ReadOnlyFile& data, const In
 Result<std::unique_ptr<Source>> Source::Open(const std::string& path,
                                              const SourceOptions& defaults) {
   SATURATE_ASSIGN_OR_RETURN(SourceSpec spec, ParseSourceSpec(path, defaults));
+  if (spec.remote) return RemoteSourceIsPacked(path);
   return Open(spec);
 }
 

@@ -12,12 +12,14 @@
 
 #include "base/file.h"
 #include "formats/hdf5.h"
+#include "formats/pattern.h"
 #include "image/codec.h"
 #include "pack/idx.h"
 #include "pack/staging.h"
 #include "pack/table.h"
 #include "saturate/format/writer.h"
 #include "saturate/formats/source.h"
+#include "saturate/remote/object_store.h"
 
 namespace saturate::pack {
 namespace {
@@ -416,6 +418,40 @@ struct ScratchDir {
   }
 };
 
+// The objects a remote pattern names ("s3://bucket/dir/shards-*.tar"): its
+// location (up to the last '/') is listed only when the name has wildcards
+// (an HTTP server cannot list; a missing object fails when fetched).
+struct RemoteInputs {
+  std::shared_ptr<remote::ObjectStore> store;
+  std::vector<std::string> names;  // relative to the store's location
+};
+
+Result<RemoteInputs> ExpandRemote(const std::string& pattern, const std::string& endpoint) {
+  const size_t slash = pattern.rfind('/');
+  const std::string where = pattern.substr(0, slash), name = pattern.substr(slash + 1);
+  if (formats::HasWildcards(where) || where.find('{') != std::string::npos) {
+    return Status::InvalidArgument(pattern +
+                                   ": wildcards and braces only in the last part of the name");
+  }
+  SATURATE_ASSIGN_OR_RETURN(remote::ObjectUrl url, remote::ParseObjectUrl(where));
+  remote::StoreOptions options;
+  options.endpoint = endpoint;
+  RemoteInputs in;
+  SATURATE_ASSIGN_OR_RETURN(in.store, remote::OpenObjectStore(url, options));
+  std::vector<std::string> listed;
+  if (formats::HasWildcards(name)) {
+    SATURATE_ASSIGN_OR_RETURN(listed, in.store->List());
+  }
+  SATURATE_ASSIGN_OR_RETURN(in.names, formats::MatchPattern(name, listed));
+  return in;
+}
+
+// Fetches one object into `path` (written whole, then renamed).
+Status Fetch(remote::ObjectStore& store, const std::string& name, const std::string& path) {
+  SATURATE_ASSIGN_OR_RETURN(std::string bytes, store.Get(name));
+  return WriteFileAtomic(path, bytes);
+}
+
 struct LoadedSample {
   Status status;
   formats::Sample sample;
@@ -443,11 +479,27 @@ Result<PackSummary> PackSource(const std::vector<std::string>& patterns,
   }
   spec.options.write_index = false;
   spec.options.index_jpeg = false;  // Packing rewrites the JPEGs with restart markers.
-  const bool gzipped = std::any_of(spec.files.begin(), spec.files.end(), formats::IsGzipName);
-  // Uncompressed files are opened together (the total is known up front);
-  // gzip'd ones are unpacked and packed one at a time.
+  // Remote objects: fetched one at a time into the scratch folder, packed
+  // and removed, so the disk holds one of them (and its unpacked copy).
+  std::map<std::string, std::pair<remote::ObjectStore*, std::string>> remote_files;
+  std::vector<std::shared_ptr<remote::ObjectStore>> stores;
+  for (const std::string& p : patterns) {
+    SATURATE_ASSIGN_OR_RETURN(formats::SourceSpec one, formats::ParseSourceSpec(p, spec.options));
+    if (!one.remote) continue;
+    SATURATE_ASSIGN_OR_RETURN(RemoteInputs in, ExpandRemote(one.pattern, options.endpoint));
+    for (const std::string& name : in.names) {
+      const std::string url = in.store->Describe(name);
+      spec.files.push_back(url);
+      remote_files[url] = {in.store.get(), name};
+    }
+    stores.push_back(std::move(in.store));
+  }
+  const bool one_at_a_time = !remote_files.empty() ||
+                             std::any_of(spec.files.begin(), spec.files.end(), formats::IsGzipName);
+  // Local uncompressed files are opened together (the total is known up
+  // front); gzip'd and remote ones are unpacked or fetched one at a time.
   std::vector<std::vector<std::string>> groups;
-  if (gzipped) {
+  if (one_at_a_time) {
     for (const std::string& f : spec.files) groups.push_back({f});
   } else {
     groups.push_back(spec.files);
@@ -461,8 +513,9 @@ Result<PackSummary> PackSource(const std::vector<std::string>& patterns,
   for (const std::vector<std::string>& group : groups) {
     formats::SourceSpec part = spec;
     part.files.clear();
-    for (const std::string& f : group) {
-      if (!formats::IsGzipName(f)) {
+    for (std::string f : group) {
+      auto fetched = remote_files.find(f);
+      if (fetched == remote_files.end() && !formats::IsGzipName(f)) {
         part.files.push_back(f);
         continue;
       }
@@ -474,10 +527,25 @@ Result<PackSummary> PackSource(const std::vector<std::string>& patterns,
         if (ec) return Status::IOError(scratch.path + ": " + ec.message());
       }
       std::string name = fs::path(f).filename().string();
+      if (fetched != remote_files.end()) {
+        const auto& [store, object] = fetched->second;
+        SATURATE_RETURN_IF_ERROR(Fetch(*store, object, scratch.path + "/fetched-" + name));
+        f = scratch.path + "/fetched-" + name;
+        if (!formats::IsGzipName(f)) {
+          part.files.push_back(f);
+          continue;
+        }
+      }
       name = name.ends_with(".tgz") ? name.substr(0, name.size() - 4) + ".tar"
                                     : name.substr(0, name.size() - 3);
       part.files.push_back(scratch.path + "/" + name);
-      SATURATE_RETURN_IF_ERROR(Gunzip(f, part.files.back()));
+      Status unpacked = Gunzip(f, part.files.back());
+      if (fetched != remote_files.end()) {
+        std::error_code ec;
+        fs::remove(f, ec);
+        unpacked = unpacked.WithContext(group[0]);
+      }
+      SATURATE_RETURN_IF_ERROR(unpacked);
     }
     SATURATE_ASSIGN_OR_RETURN(auto src,
                               formats::Source::Open(part, run ? &schema : nullptr, &group));

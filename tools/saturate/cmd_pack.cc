@@ -108,6 +108,7 @@ int RunPack(const std::string& out, const PackFlags& flags, PackFn pack_fn) {
   options.reencode_quality = flags.reencode_quality;
   options.keep_jpeg_bytes = flags.keep_jpeg_bytes;
   options.restart_rows = flags.restart_rows;
+  options.endpoint = flags.remote.endpoint;
   ProgressBar bar("pack", "rec");
   if (!flags.quiet) {
     options.progress = [&](const pack::PackProgress& p) {
@@ -171,7 +172,9 @@ struct SourceArgs {
 void AddSourceFlags(CLI::App* cmd, SourceArgs* a, bool keys) {
   cmd->add_option("ARGS", a->args,
                   "SOURCE... OUT: input patterns or files (shards-{000..099}.tar, "
-                  "'train-*.tfrecord', .gz too; data.h5), then the output dataset directory");
+                  "'train-*.tfrecord', .gz too, in a bucket too: "
+                  "'s3://bucket/dir/shards-*.tar'; data.h5), then the output dataset directory "
+                  "(or s3://bucket/prefix)");
   if (keys) {
     cmd->add_option("--image-key", a->source.image_key,
                     "TFRecord: the image bytes feature (HDF5: the images' dataset, default "

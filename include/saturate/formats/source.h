@@ -84,6 +84,9 @@ struct SourceSpec {
   std::string pattern;             // without prefix and '?' keys
   std::vector<std::string> files;  // expanded, in order
   SourceOptions options;
+  // An s3:// or http(s):// pattern: `files` is left empty, for the caller
+  // that fetches the objects (saturate pack) to match against a listing.
+  bool remote = false;
 };
 
 // True when `path` names a source (by prefix or suffix), not a saturate
@@ -93,6 +96,9 @@ bool IsSourcePattern(const std::string& path);
 // Parses prefix and keys and expands the pattern (NotFound when it matches
 // nothing). `defaults` gives the options the '?' keys do not set.
 Result<SourceSpec> ParseSourceSpec(const std::string& path, const SourceOptions& defaults = {});
+
+// InvalidArgument for reading a remote pattern in place: it says how to pack it.
+Status RemoteSourceIsPacked(const std::string& pattern);
 
 // True for a gzip'd file name (.gz, .tgz).
 bool IsGzipName(const std::string& file);

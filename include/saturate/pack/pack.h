@@ -53,6 +53,8 @@ struct PackOptions {
   // interval (issue 26)", has the measurements behind the default.
   int restart_rows = -1;
   std::function<void(const PackProgress&)> progress;
+  // s3:// inputs (PackSource): the S3 endpoint; empty: AWS_ENDPOINT_URL, else AWS.
+  std::string endpoint;
 };
 
 struct PackSummary {
@@ -98,6 +100,10 @@ Result<PackSummary> PackIdx(const IdxSpec& spec, const std::string& out,
 // files a shell expanded, are read in order and must be of one format). Fields as the source names
 // them (docs/formats.md); images are checked and stored as for PackImageFolder.
 // gzip'd files are unpacked one at a time into `OUT.unpack/` (removed after).
+// Patterns may name objects (s3://bucket/dir/shards-{000..099}.tar, or a
+// glob in the last part, matched against the location's listing;
+// http(s):// without globs): each is fetched into `OUT.unpack/` when its turn
+// comes and removed once packed, and errors name it by its URL.
 // A bad sample (missing image, bad checksum, wrong field type) fails the pack
 // naming file, member or record and field, or is skipped under skip_bad.
 Result<PackSummary> PackSource(const std::vector<std::string>& patterns,
