@@ -279,8 +279,88 @@ def test_pack_webdataset_shards_straight_from_the_bucket(s3, folder, tmp_path):
             check=False)
     assert r.returncode != 0 and f"s3://{BUCKET}/laion/shard-2.tar" in r.stderr, r.stderr
     assert not os.path.exists(tmp_path / "x.sat.unpack")
-    with pytest.raises(saturate.errors.InvalidArgumentError, match="saturate pack"):
-        saturate.Loader(f"s3://{BUCKET}/laion/shard-{{0..1}}.tar", 8)
+
+
+def write_wds_shards(folder, out_dir, shards=3, prefix="shard"):
+    """The photos as WebDataset shards (webdataset's TarWriter): sample i in shard i % shards."""
+    wds = pytest.importorskip("webdataset")
+    photos = sorted(os.path.join(d, f) for d, _, fs in os.walk(folder) for f in fs)
+    for s in range(shards):
+        with wds.TarWriter(os.path.join(out_dir, f"{prefix}-{s}.tar")) as sink:
+            for i in range(s, len(photos), shards):
+                with open(photos[i], "rb") as f:
+                    sink.write({"__key__": f"p{i:03d}", "jpg": f.read(), "cls": i % 3})
+    return photos
+
+
+def rrc_epoch(dataset, **kw):
+    """(labels, images) of one epoch with random crops: the JPEG entry tables at work."""
+    loader = saturate.Loader(dataset, 8, seed=5, framework="numpy", threads=2,
+                             transforms={"image": "crop=random,size=24,flip=0.5"}, **kw)
+    labels, images = [], []
+    for batch in loader:
+        labels.append(batch["label"].copy())
+        images.append(batch["image"].copy())
+    return np.concatenate(labels), np.concatenate(images), loader.stats()
+
+
+def test_webdataset_and_tfrecord_objects_read_in_place(s3, folder, tmp_path, monkeypatch):
+    """Shards in a bucket read where they lie: the same batches as the same files on disk;
+    each object's index made once (one whole read of it) and kept in the index folder."""
+    local = tmp_path / "shards"
+    local.mkdir()
+    photos = write_wds_shards(folder, str(local))
+    for s in range(3):
+        s3.curl("-T", str(local / f"shard-{s}.tar"), f"{s3.endpoint}/{BUCKET}/inplace/shard-{s}.tar")
+    index_dir = tmp_path / "index"
+    monkeypatch.setenv("SATURATE_INDEX_DIR", str(index_dir))
+    url = f"s3://{BUCKET}/inplace/shard-*.tar"
+    want_labels, want_images, _ = rrc_epoch(str(local / "shard-{0..2}.tar"))
+    labels, images, stats = rrc_epoch(url)
+    np.testing.assert_array_equal(labels, want_labels)
+    np.testing.assert_array_equal(images, want_images)
+    assert len(labels) == len(photos) and stats["remote_errors"] == 0
+    objects = sum(os.path.getsize(local / f"shard-{s}.tar") for s in range(3))
+    assert stats["remote_bytes_fetched"] >= objects  # the first open read each object whole
+    assert len([n for n in os.listdir(index_dir) if n.endswith(".satidx")]) >= 3
+    # Opened again: the indexes are reused; only the samples are fetched (at most about an
+    # epoch and the read-ahead of the next), far less than the objects and an epoch.
+    labels, images, stats = rrc_epoch(url, cache_dir=str(tmp_path / "cache"))
+    np.testing.assert_array_equal(images, want_images)
+    assert stats["remote_bytes_fetched"] < 2 * objects
+    assert stats["remote_requests"] < 4 * len(photos)
+
+    # An object replaced in the bucket has a new ETag: its index is made again.
+    wds = pytest.importorskip("webdataset")
+    with wds.TarWriter(str(local / "shard-0.tar")) as sink:
+        for i in range(2):
+            with open(photos[i], "rb") as f:
+                sink.write({"__key__": f"new{i}", "jpg": f.read(), "cls": 2})
+    s3.curl("-T", str(local / "shard-0.tar"), f"{s3.endpoint}/{BUCKET}/inplace/shard-0.tar")
+    want_labels, want_images, _ = rrc_epoch(str(local / "shard-{0..2}.tar"))
+    labels, images, _ = rrc_epoch(url)
+    np.testing.assert_array_equal(labels, want_labels)
+    np.testing.assert_array_equal(images, want_images)
+
+    # TFRecord files of tf.Example in the bucket, read in place as on disk.
+    tfrecord = pytest.importorskip("tfrecord")
+    for s in range(2):
+        path = str(local / f"train-{s}.tfrecord")
+        writer = tfrecord.TFRecordWriter(path)
+        for i in range(s, len(photos), 2):
+            with open(photos[i], "rb") as f:
+                writer.write({"image/encoded": (f.read(), "byte"),
+                              "image/class/label": (i % 3, "int")})
+        writer.close()
+        s3.curl("-T", path, f"{s3.endpoint}/{BUCKET}/inplace/train-{s}.tfrecord")
+    want_labels, want_images, _ = rrc_epoch(str(local / "train-*.tfrecord"))
+    labels, images, _ = rrc_epoch(f"s3://{BUCKET}/inplace/train-{{0..1}}.tfrecord")
+    np.testing.assert_array_equal(labels, want_labels)
+    np.testing.assert_array_equal(images, want_images)
+
+    # A missing object is named by its URL.
+    with pytest.raises(saturate.errors.NotFoundError, match=f"s3://{BUCKET}/inplace/shard-7.tar"):
+        saturate.Loader(f"s3://{BUCKET}/inplace/shard-{{0,7}}.tar", 8)
 
 
 def test_readme_example_trains_from_s3_with_a_cache(s3, folder, tmp_path):

@@ -183,7 +183,10 @@ Result<std::unique_ptr<Dataset>> Dataset::OpenRemote(const std::string& url,
   return ds;
 }
 
+bool Dataset::remote() const { return remote_ != nullptr || (source_ && source_->remote()); }
+
 void Dataset::PlanReads(std::span<const uint64_t> indices, bool replace) const {
+  if (source_) return source_->PlanReads(indices, replace);
   if (!remote_) return;
   std::vector<remote::ByteRange> ranges;
   ranges.reserve(indices.size());
@@ -197,10 +200,12 @@ void Dataset::PlanReads(std::span<const uint64_t> indices, bool replace) const {
 }
 
 void Dataset::CancelRemote() const {
+  if (source_) source_->CancelRemote();
   if (remote_) remote_->Cancel();
 }
 
 remote::RemoteStats Dataset::remote_stats() const {
+  if (source_) return source_->remote_stats();
   return remote_ ? remote_->stats() : remote::RemoteStats{};
 }
 
@@ -239,6 +244,7 @@ Result<std::unique_ptr<Dataset>> Dataset::OpenSource(const std::string& pattern,
   formats::SourceOptions so;
   so.verify = options.verify_checksums;
   so.progress = options.open_progress;
+  so.remote = options.remote;
   SATURATE_ASSIGN_OR_RETURN(auto source, formats::Source::Open(pattern, so));
   Manifest m;
   m.schema = source->schema();
@@ -307,8 +313,7 @@ Result<Record> Dataset::GetSource(uint64_t index) const {
 }
 
 Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir, ReaderOptions options) {
-  if (remote::IsRemoteUrl(dir)) {
-    if (formats::IsSourcePattern(dir)) return formats::RemoteSourceIsPacked(dir);
+  if (remote::IsRemoteUrl(dir) && !formats::IsSourcePattern(dir)) {
     return OpenRemote(dir, std::move(options));
   }
   std::error_code ec;

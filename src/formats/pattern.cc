@@ -145,6 +145,25 @@ Result<std::vector<std::string>> MatchPattern(const std::string& pattern,
   return out;
 }
 
+Result<RemoteFiles> ExpandRemotePattern(const std::string& pattern,
+                                        const remote::StoreOptions& options) {
+  const size_t slash = pattern.rfind('/');
+  const std::string where = pattern.substr(0, slash), name = pattern.substr(slash + 1);
+  if (HasWildcards(where) || where.find('{') != std::string::npos) {
+    return Status::InvalidArgument(pattern +
+                                   ": wildcards and braces only in the last part of the name");
+  }
+  SATURATE_ASSIGN_OR_RETURN(remote::ObjectUrl url, remote::ParseObjectUrl(where));
+  RemoteFiles out;
+  SATURATE_ASSIGN_OR_RETURN(out.store, remote::OpenObjectStore(url, options));
+  std::vector<std::string> listed;
+  if (HasWildcards(name)) {
+    SATURATE_ASSIGN_OR_RETURN(listed, out.store->List());
+  }
+  SATURATE_ASSIGN_OR_RETURN(out.names, MatchPattern(name, listed));
+  return out;
+}
+
 Result<std::vector<std::string>> ExpandPattern(const std::string& pattern) {
   SATURATE_ASSIGN_OR_RETURN(std::vector<std::string> names, ExpandBraces(pattern));
   std::vector<std::string> files;

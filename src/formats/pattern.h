@@ -9,11 +9,13 @@
 #ifndef SATURATE_FORMATS_PATTERN_H_
 #define SATURATE_FORMATS_PATTERN_H_
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "saturate/base/status.h"
+#include "saturate/remote/object_store.h"
 
 namespace saturate::formats {
 
@@ -39,6 +41,17 @@ Result<std::vector<std::string>> MatchPattern(const std::string& pattern,
 
 // True when a name has glob characters (* ? [).
 bool HasWildcards(std::string_view name);
+
+// The objects a remote pattern names ("s3://bucket/dir/shards-*.tar"): its
+// location (up to the last '/') is listed only when the name has wildcards
+// (an HTTP server cannot list; a missing object fails when read). Braces and
+// globs only in the last part of the name.
+struct RemoteFiles {
+  std::shared_ptr<remote::ObjectStore> store;
+  std::vector<std::string> names;  // relative to the store's location
+};
+Result<RemoteFiles> ExpandRemotePattern(const std::string& pattern,
+                                        const remote::StoreOptions& options);
 
 }  // namespace saturate::formats
 

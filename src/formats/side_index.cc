@@ -141,11 +141,15 @@ Result<FileIndex> DecodeFileIndex(std::span<const std::byte> bytes, const std::s
 
 std::vector<std::string> IndexCandidates(const std::string& data_path,
                                          const std::string& index_dir) {
-  std::vector<std::string> out{data_path + ".satidx"};
+  // A remote object's (its URL) is only in the index folder.
+  const bool remote = data_path.find("://") != std::string::npos;
+  std::vector<std::string> out;
+  if (!remote) out.push_back(data_path + ".satidx");
   const std::string dir = index_dir.empty() ? DefaultIndexDir() : index_dir;
   if (!dir.empty()) {
     std::error_code ec;
-    std::string abs = std::filesystem::absolute(data_path, ec).lexically_normal().string();
+    std::string abs =
+        remote ? data_path : std::filesystem::absolute(data_path, ec).lexically_normal().string();
     if (ec) abs = data_path;
     char hash[24];
     std::snprintf(hash, sizeof(hash), "%016llx",
@@ -158,10 +162,9 @@ std::vector<std::string> IndexCandidates(const std::string& data_path,
 
 bool SaveFileIndex(const FileIndex& index, const std::vector<std::string>& candidates) {
   const std::string bytes = EncodeFileIndex(index);
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const std::string& path = candidates[i];
+  for (const std::string& path : candidates) {
     std::error_code ec;
-    if (i > 0) std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
     const std::string tmp = path + ".tmp" + std::to_string(::getpid());
     FILE* f = std::fopen(tmp.c_str(), "wb");
     if (f == nullptr) continue;
@@ -173,10 +176,10 @@ bool SaveFileIndex(const FileIndex& index, const std::vector<std::string>& candi
 }
 
 IndexBuildLock IndexBuildLock::Acquire(const std::vector<std::string>& candidates) {
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const std::string path = candidates[i] + ".lock";
+  for (const std::string& candidate : candidates) {
+    const std::string path = candidate + ".lock";
     std::error_code ec;
-    if (i > 0) std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) continue;
     int rc;

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -19,6 +20,8 @@
 #include "formats/tar_index.h"
 #include "formats/tfrecord.h"
 #include "image/transform.h"
+#include "saturate/remote/objects.h"
+#include "saturate/remote/range_reader.h"
 
 namespace saturate::formats {
 namespace {
@@ -94,14 +97,83 @@ void ParallelFor(size_t n, size_t threads, const std::function<void(size_t)>& fn
 
 }  // namespace
 
+// Where a file's bytes are read: a local file (mapped), a remote object
+// (range reads through the source's RangeReader, planned in the loader's
+// order), or a remote object's bytes in memory while its index is made.
+class Source::Data {
+ public:
+  virtual ~Data() = default;
+  virtual uint64_t size() const = 0;
+  // Bytes [offset, offset + n): a view into a mapping or into `scratch`.
+  virtual Result<std::span<const std::byte>> Read(uint64_t offset, uint64_t n,
+                                                  std::vector<std::byte>* scratch) const = 0;
+  virtual void Prefetch(uint64_t /*offset*/, uint64_t /*n*/) const {}
+};
+
+namespace {
+
+class LocalData final : public Source::Data {
+ public:
+  explicit LocalData(std::unique_ptr<ReadOnlyFile> file) : file_(std::move(file)) {}
+  uint64_t size() const override { return file_->size(); }
+  Result<std::span<const std::byte>> Read(uint64_t offset, uint64_t n,
+                                          std::vector<std::byte>* scratch) const override {
+    return file_->Read(offset, n, scratch);
+  }
+  void Prefetch(uint64_t offset, uint64_t n) const override { file_->Prefetch(offset, n); }
+
+ private:
+  std::unique_ptr<ReadOnlyFile> file_;
+};
+
+class MemoryData final : public Source::Data {
+ public:
+  explicit MemoryData(std::vector<std::byte> bytes) : bytes_(std::move(bytes)) {}
+  uint64_t size() const override { return bytes_.size(); }
+  Result<std::span<const std::byte>> Read(uint64_t offset, uint64_t n,
+                                          std::vector<std::byte>*) const override {
+    if (offset > bytes_.size() || n > bytes_.size() - offset) {
+      return Status::Corruption("range " + std::to_string(offset) + "+" + std::to_string(n) +
+                                " past the end (" + std::to_string(bytes_.size()) + " bytes)");
+    }
+    return std::span<const std::byte>(bytes_).subspan(offset, n);
+  }
+
+ private:
+  std::vector<std::byte> bytes_;
+};
+
+class RemoteData final : public Source::Data {
+ public:
+  RemoteData(remote::RangeReader* reader, uint32_t object, uint64_t size)
+      : reader_(reader), object_(object), size_(size) {}
+  uint64_t size() const override { return size_; }
+  Result<std::span<const std::byte>> Read(uint64_t offset, uint64_t n,
+                                          std::vector<std::byte>* scratch) const override {
+    SATURATE_ASSIGN_OR_RETURN(auto bytes, reader_->Read({object_, offset, n}));
+    scratch->assign(bytes.get(), bytes.get() + n);
+    return std::span<const std::byte>(*scratch);
+  }
+
+ private:
+  remote::RangeReader* reader_;
+  uint32_t object_;
+  uint64_t size_;
+};
+
+}  // namespace
+
 struct Source::File {
   std::string path, name;
-  std::unique_ptr<ReadOnlyFile> data;
-  FileIndex index;  // tar members or TFRecord records, and the samples' JPEG tables
+  std::unique_ptr<Data> data;
+  std::optional<uint32_t> object;  // remote: the object's number in the reader
+  int64_t version = 0;             // remote: a hash of the object's ETag (the index's stamp)
+  FileIndex index;                 // tar members or TFRecord records, and the samples' JPEG tables
   // WebDataset: sample s holds members [first[s], first[s + 1]) and keys[s].
   std::vector<uint32_t> first;
   std::vector<std::string> keys;
   uint64_t samples() const { return keys.empty() ? index.entries.size() : keys.size(); }
+  void GroupSamples();  // WebDataset: consecutive members sharing a key are one sample
 };
 
 bool IsGzipName(const std::string& file) { return EndsWith(file, ".gz") || EndsWith(file, ".tgz"); }
@@ -175,15 +247,6 @@ Result<SourceSpec> ParseSourceSpec(const std::string& path, const SourceOptions&
   return spec;
 }
 
-Status RemoteSourceIsPacked(const std::string& pattern) {
-  return Status::InvalidArgument(
-      pattern +
-      ": WebDataset and TFRecord files in object storage are not read in place; pack them "
-      "(one object at a time, straight from the bucket) and read the packed dataset from it: "
-      "saturate pack '" +
-      pattern + "' s3://BUCKET/PREFIX");
-}
-
 Source::~Source() = default;
 
 const std::string& Source::file_name(size_t f) const { return files_[f]->name; }
@@ -229,20 +292,28 @@ std::optional<FileIndex> FindIndex(const std::vector<std::string>& candidates,
 
 enum class IndexFrom { kNone, kSaved, kBuilt };
 
-// Opens a data file (unless `*data` is open already) and finds its saved
-// index; without a current one, builds (and saves) it when `build`, else
-// leaves `*from` at kNone.
+// Opens a local data file (unless `*data` is open already: a remote object)
+// and finds its saved index, stamped with the data's size and `version`
+// (a local file's mtime; a hash of a remote object's ETag); without a
+// current one, builds (and saves) it when `build`, else leaves `*from` at
+// kNone. A remote object's index counts only with its JPEG tables (when
+// they are wanted): they are made while its bytes are in memory.
 Status OpenFile(SourceFormat format, const SourceOptions& options, bool build, IndexFrom* from,
-                std::unique_ptr<ReadOnlyFile>* data, FileIndex* out, const std::string& path) {
+                std::unique_ptr<Source::Data>* data, FileIndex* out, const std::string& path,
+                std::optional<int64_t> version) {
   if (*data == nullptr) {
-    SATURATE_ASSIGN_OR_RETURN(*data, ReadOnlyFile::Open(path, true));
+    SATURATE_ASSIGN_OR_RETURN(auto file, ReadOnlyFile::Open(path, true));
+    *data = std::make_unique<LocalData>(std::move(file));
   }
   const uint64_t size = (*data)->size();
-  FileIndex index{
-      format == SourceFormat::kWebDataset ? kKindTar : kKindTfrecord, size, MtimeNs(path), {}};
+  FileIndex index{format == SourceFormat::kWebDataset ? kKindTar : kKindTfrecord,
+                  size,
+                  version.value_or(MtimeNs(path)),
+                  {}};
   const std::vector<std::string> candidates = IndexCandidates(path, options.index_dir);
   if (options.write_index) {
-    if (auto found = FindIndex(candidates, index)) {
+    if (auto found = FindIndex(candidates, index);
+        found && (!version || !options.index_jpeg || found->has_jpeg_tables)) {
       *out = std::move(*found);
       *from = IndexFrom::kSaved;
       return Status::OK();
@@ -271,7 +342,7 @@ Status OpenFile(SourceFormat format, const SourceOptions& options, bool build, I
 }
 
 // Record `r` of a TFRecord file: its data, checksums checked when `verify`.
-Result<std::span<const std::byte>> RecordData(const ReadOnlyFile& data, const IndexEntry& e,
+Result<std::span<const std::byte>> RecordData(const Source::Data& data, const IndexEntry& e,
                                               uint64_t r, bool verify,
                                               std::vector<std::byte>* scratch) {
   SATURATE_ASSIGN_OR_RETURN(
@@ -292,8 +363,79 @@ Result<std::span<const std::byte>> RecordData(const ReadOnlyFile& data, const In
 Result<std::unique_ptr<Source>> Source::Open(const std::string& path,
                                              const SourceOptions& defaults) {
   SATURATE_ASSIGN_OR_RETURN(SourceSpec spec, ParseSourceSpec(path, defaults));
-  if (spec.remote) return RemoteSourceIsPacked(path);
   return Open(spec);
+}
+
+void Source::File::GroupSamples() {
+  first.clear();
+  keys.clear();
+  std::string last;
+  for (size_t m = 0; m < index.entries.size(); ++m) {
+    std::string key, ext;
+    if (!SplitSampleName(index.entries[m].name, &key, &ext)) continue;
+    if (keys.empty() || key != last) {
+      keys.push_back(key);
+      first.push_back(static_cast<uint32_t>(m));
+      last = key;
+    }
+  }
+  first.push_back(static_cast<uint32_t>(index.entries.size()));
+}
+
+Status Source::OpenRemote(const SourceSpec& spec, const std::vector<std::string>* names) {
+  remote::StoreOptions so;
+  so.endpoint = spec.options.remote.endpoint;
+  so.retry = spec.options.remote.retry;
+  SATURATE_ASSIGN_OR_RETURN(RemoteFiles in, ExpandRemotePattern(spec.pattern, so));
+  const size_t n = in.names.size();
+  std::vector<Result<remote::ObjectStat>> stats(n, Status::Internal("not asked"));
+  ParallelFor(n, 16, [&](size_t i) { stats[i] = in.store->Stat(in.names[i]); });
+  std::vector<remote::ObjectInfo> objects;
+  std::string identity;
+  for (size_t i = 0; i < n; ++i) {
+    SATURATE_RETURN_IF_ERROR(stats[i].status());
+    objects.push_back({in.names[i], stats[i]->bytes});
+    auto file = std::make_unique<File>();
+    file->path = in.store->Describe(in.names[i]);
+    file->name = names != nullptr && i < names->size() ? (*names)[i] : file->path;
+    file->object = static_cast<uint32_t>(i);
+    file->version =
+        static_cast<int64_t>(XXH3_64bits(stats[i]->version.data(), stats[i]->version.size()) >> 1);
+    identity += file->path + " " + std::to_string(stats[i]->bytes) + " " + stats[i]->version + "\n";
+    files_.push_back(std::move(file));
+  }
+  char id[24];
+  std::snprintf(id, sizeof(id), "%016llx",
+                static_cast<unsigned long long>(XXH3_64bits(identity.data(), identity.size())));
+  SATURATE_ASSIGN_OR_RETURN(
+      reader_,
+      remote::RangeReader::Open(std::move(in.store), std::move(objects), id, spec.options.remote));
+  for (size_t i = 0; i < n; ++i) {
+    files_[i]->data = std::make_unique<RemoteData>(reader_.get(), static_cast<uint32_t>(i),
+                                                   reader_->objects()[i].bytes);
+  }
+  return Status::OK();
+}
+
+Status Source::BuildRemote(File& file) {
+  std::vector<std::byte> bytes(file.data->size());
+  SATURATE_RETURN_IF_ERROR(remote::FetchInto(const_cast<remote::ObjectStore&>(reader_->store()),
+                                             reader_->objects()[*file.object].name, 0, bytes));
+  std::unique_ptr<Data> remote_data = std::move(file.data);
+  file.data = std::make_unique<MemoryData>(std::move(bytes));
+  SourceOptions offsets_only = options_;
+  offsets_only.write_index = false;  // saved once, with the tables
+  IndexFrom from = IndexFrom::kNone;
+  Status st = OpenFile(format_, offsets_only, true, &from, &file.data, &file.index, file.path,
+                       file.version);
+  if (st.ok()) {
+    if (format_ == SourceFormat::kWebDataset) file.GroupSamples();
+    if (options_.index_jpeg) MakeJpegTables({&file});
+    if (options_.write_index)
+      SaveFileIndex(file.index, IndexCandidates(file.path, options_.index_dir));
+  }
+  file.data = std::move(remote_data);
+  return st;
 }
 
 Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const format::Schema* schema,
@@ -308,54 +450,63 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
           spec.pattern + "' OUT");
     }
   }
-  RaiseFileLimit(2 * spec.files.size());
   std::unique_ptr<Source> src(new Source());
   src->format_ = spec.format;
   src->options_ = spec.options;
-  const size_t n = spec.files.size();
-  src->files_.resize(n);
+  if (spec.remote) {
+    if (IsGzipName(spec.pattern)) {
+      return Status::InvalidArgument(spec.pattern +
+                                     ": gzip'd objects are not read in place; pack them: "
+                                     "saturate pack '" +
+                                     spec.pattern + "' OUT");
+    }
+    SATURATE_RETURN_IF_ERROR(src->OpenRemote(spec, names));
+  } else {
+    RaiseFileLimit(2 * spec.files.size());
+    for (size_t i = 0; i < spec.files.size(); ++i) {
+      auto file = std::make_unique<File>();
+      file->path = spec.files[i];
+      file->name = names != nullptr && i < names->size() ? (*names)[i] : spec.files[i];
+      src->files_.push_back(std::move(file));
+    }
+  }
+  const size_t n = src->files_.size();
   std::vector<Status> results(n);
   std::vector<IndexFrom> from(n, IndexFrom::kNone);
-  for (size_t i = 0; i < n; ++i) {
-    src->files_[i] = std::make_unique<File>();
-    src->files_[i]->path = spec.files[i];
-    src->files_[i]->name = names != nullptr && i < names->size() ? (*names)[i] : spec.files[i];
-  }
   // Saved indexes first; the missing ones are made by one process at a time
   // (IndexBuildLock), which may find them made by another after its wait.
+  // A remote object is read whole once, one at a time (its bytes are held
+  // while its JPEG tables are made), every core on its tables.
   IndexBuildLock lock;
   for (bool build : {false, true}) {
     if (build) {
       if (std::find(from.begin(), from.end(), IndexFrom::kNone) == from.end()) break;
       if (spec.options.write_index) {
-        lock = IndexBuildLock::Acquire(IndexCandidates(spec.files[0], spec.options.index_dir));
+        lock =
+            IndexBuildLock::Acquire(IndexCandidates(src->files_[0]->path, spec.options.index_dir));
       }
     }
-    ParallelFor(n, 8, [&](size_t i) {
-      if (from[i] != IndexFrom::kNone) return;
+    ParallelFor(n, spec.remote ? 16 : 8, [&](size_t i) {
       File& file = *src->files_[i];
-      results[i] =
-          OpenFile(spec.format, spec.options, build, &from[i], &file.data, &file.index, file.path)
-              .WithContext(file.name);
+      if (from[i] != IndexFrom::kNone) return;
+      results[i] = OpenFile(spec.format, spec.options, build && !spec.remote, &from[i], &file.data,
+                            &file.index, file.path,
+                            file.object ? std::optional(file.version) : std::nullopt);
     });
-    for (size_t i = 0; i < n; ++i) SATURATE_RETURN_IF_ERROR(results[i]);
+    if (build && spec.remote) {
+      for (size_t i = 0; i < n && results[i].ok(); ++i) {
+        if (from[i] != IndexFrom::kNone) continue;
+        results[i] = src->BuildRemote(*src->files_[i]);
+        if (results[i].ok()) from[i] = IndexFrom::kBuilt;
+      }
+    }
+    for (size_t i = 0; i < n; ++i)
+      SATURATE_RETURN_IF_ERROR(results[i].WithContext(src->files_[i]->name));
   }
   src->indexes_built_ = std::count(from.begin(), from.end(), IndexFrom::kBuilt);
   // WebDataset: consecutive members sharing a key are one sample.
   if (spec.format == SourceFormat::kWebDataset) {
-    for (auto& file : src->files_) {
-      std::string last;
-      for (size_t m = 0; m < file->index.entries.size(); ++m) {
-        std::string key, ext;
-        if (!SplitSampleName(file->index.entries[m].name, &key, &ext)) continue;
-        if (file->keys.empty() || key != last) {
-          file->keys.push_back(key);
-          file->first.push_back(static_cast<uint32_t>(m));
-          last = key;
-        }
-      }
-      file->first.push_back(static_cast<uint32_t>(file->index.entries.size()));
-    }
+    for (auto& file : src->files_) file->GroupSamples();
   }
   for (auto& file : src->files_) {
     src->file_start_.push_back(src->total_);
@@ -440,7 +591,11 @@ Result<std::unique_ptr<Source>> Source::Finish(std::unique_ptr<Source> src, Inde
   }
   if (src->options_.index_jpeg && src->image_field_ < fields.size()) {
     src->LoadJpegTablesAfterWait(lock);
-    src->MakeJpegTables();
+    std::vector<File*> lacking;
+    for (auto& f : src->files_) {
+      if (!f->index.has_jpeg_tables) lacking.push_back(f.get());
+    }
+    src->MakeJpegTables(lacking);
   }
   src->options_.progress = nullptr;  // for the open only: what it calls may not outlive it
   return src;
@@ -463,21 +618,46 @@ void Source::LoadJpegTablesAfterWait(IndexBuildLock* lock) {
   });
 }
 
-void Source::MakeJpegTables() {
+Result<std::span<const std::byte>> Source::ImageBytes(const File& file, uint64_t local,
+                                                      Sample* sample) const {
+  sample->owned.assign(1, {});
+  if (format_ == SourceFormat::kWebDataset) {
+    for (uint32_t m = file.first[local]; m < file.first[local + 1]; ++m) {
+      const IndexEntry& e = file.index.entries[m];
+      std::string key, ext;
+      if (SplitSampleName(e.name, &key, &ext) && IsImageExtension(ext)) {
+        return file.data->Read(e.offset, e.size, &sample->owned[0]);
+      }
+    }
+    return std::span<const std::byte>();
+  }
+  SATURATE_ASSIGN_OR_RETURN(auto record, RecordData(*file.data, file.index.entries[local], local,
+                                                    options_.verify, &sample->owned[0]));
+  const format::Schema image_only{{FieldSpec{"image", FieldKind::kImage}}};
+  const std::vector<std::string> feature{options_.image_key};
+  std::vector<std::byte> keep_record = std::move(sample->owned[0]);
+  SATURATE_RETURN_IF_ERROR(ExtractExample(record, image_only, feature, sample));
+  sample->owned.push_back(std::move(keep_record));  // the views may point into it
+  return sample->fields[0];
+}
+
+void Source::MakeJpegTables(const std::vector<File*>& files) {
   // Work in chunks of samples, so that one large file uses every core.
   constexpr uint64_t kChunk = 512;
   struct Chunk {
     File* file;
-    uint64_t file_number, first, end;
+    uint64_t first, end;
     std::vector<std::byte> tables;
     std::vector<uint64_t> ends;  // where each sample's table ends in `tables`
   };
   std::vector<Chunk> chunks;
-  for (size_t f = 0; f < files_.size(); ++f) {
-    File& file = *files_[f];
-    if (file.index.has_jpeg_tables) continue;
-    for (uint64_t s = 0; s < file.samples(); s += kChunk) {
-      chunks.push_back({&file, f, s, std::min(file.samples(), s + kChunk), {}, {}});
+  for (File* file : files) {
+    if (file->samples() == 0) {
+      file->index.jpeg_table_starts.assign(1, 0);
+      file->index.has_jpeg_tables = true;
+    }
+    for (uint64_t s = 0; s < file->samples(); s += kChunk) {
+      chunks.push_back({file, s, std::min(file->samples(), s + kChunk), {}, {}});
     }
   }
   if (chunks.empty()) return;
@@ -490,8 +670,8 @@ void Source::MakeJpegTables() {
     Sample sample;
     for (uint64_t s = k.first; s < k.end; ++s) {
       // A sample that does not read gets no table: loading reports it.
-      if (Read(file_start_[k.file_number] + s, &sample).ok()) {
-        image::IndexJpegEntries(sample.fields[image_field_], &scratch, &k.tables);
+      if (auto image = ImageBytes(*k.file, s, &sample); image.ok() && !image->empty()) {
+        image::IndexJpegEntries(*image, &scratch, &k.tables);
       }
       k.ends.push_back(k.tables.size());
     }
@@ -515,7 +695,7 @@ void Source::MakeJpegTables() {
       index.jpeg_tables = *blob;
       index.storage = blob;
       index.has_jpeg_tables = true;
-      if (options_.write_index) {
+      if (options_.write_index && !k.file->object) {
         SaveFileIndex(index, IndexCandidates(k.file->path, options_.index_dir));
       }
     }
@@ -553,11 +733,52 @@ Status Source::Read(uint64_t index, Sample* sample) const {
   return Status::OK();
 }
 
+std::pair<uint64_t, uint64_t> Source::SampleSpan(const File& file, uint64_t local) const {
+  if (format_ == SourceFormat::kTfrecord) {
+    const IndexEntry& e = file.index.entries[local];
+    return {e.offset, kTfrecordHeaderBytes + e.size + kTfrecordFooterBytes};
+  }
+  uint64_t begin = UINT64_MAX, end = 0;
+  for (uint32_t m = file.first[local]; m < file.first[local + 1]; ++m) {
+    const IndexEntry& e = file.index.entries[m];
+    begin = std::min(begin, e.offset);
+    end = std::max(end, e.offset + e.size);
+  }
+  return begin < end ? std::pair(begin, end - begin) : std::pair(uint64_t{0}, uint64_t{0});
+}
+
+void Source::PlanReads(std::span<const uint64_t> indices, bool replace) const {
+  if (!reader_) return;
+  std::vector<remote::ByteRange> ranges;
+  ranges.reserve(indices.size());
+  for (uint64_t index : indices) {
+    if (index >= total_) continue;
+    const auto [file, local] = Locate(index);
+    const auto [offset, length] = SampleSpan(*file, local);
+    if (length > 0) ranges.push_back({*file->object, offset, length});
+  }
+  reader_->Plan(ranges, replace);
+}
+
+bool Source::remote() const { return reader_ != nullptr; }
+void Source::CancelRemote() const {
+  if (reader_) reader_->Cancel();
+}
+remote::RemoteStats Source::remote_stats() const {
+  return reader_ ? reader_->stats() : remote::RemoteStats{};
+}
+
 Status Source::ReadWebDataset(const File& file, uint64_t local, Sample* sample) const {
   const std::string& key = file.keys[local];
   auto where = [&] { return file.name + ": sample '" + key + "'"; };
   sample->fields.assign(schema_.fields.size(), {});
-  sample->owned.reserve(schema_.fields.size());
+  sample->owned.reserve(schema_.fields.size() + 1);
+  // The sample's members lie back to back: one read of their span (a view
+  // of a mapped file; one planned range of a remote object).
+  const auto [span_offset, span_bytes] = SampleSpan(file, local);
+  sample->owned.emplace_back();
+  SATURATE_ASSIGN_OR_RETURN(auto span,
+                            file.data->Read(span_offset, span_bytes, &sample->owned.back()));
   for (size_t i = 0; i < schema_.fields.size(); ++i) {
     const FieldSpec& spec = schema_.fields[i];
     if (spec.name == "key") {
@@ -582,9 +803,7 @@ Status Source::ReadWebDataset(const File& file, uint64_t local, Sample* sample) 
           (spec.name == "image" ? std::string(".jpg/.jpeg/.png") : std::string(".cls")) +
           " member (field '" + spec.name + "')");
     }
-    sample->owned.emplace_back();
-    SATURATE_ASSIGN_OR_RETURN(auto bytes,
-                              file.data->Read(member->offset, member->size, &sample->owned.back()));
+    std::span<const std::byte> bytes = span.subspan(member->offset - span_offset, member->size);
     if (spec.kind == FieldKind::kInt64) {
       std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
       const size_t b = text.find_first_not_of(" \t\r\n");
@@ -597,8 +816,7 @@ Status Source::ReadWebDataset(const File& file, uint64_t local, Sample* sample) 
                                   text.substr(0, 40) + "', not an integer (field '" + spec.name +
                                   "')");
       }
-      auto& out = sample->owned.back();
-      out.resize(8);
+      auto& out = sample->owned.emplace_back(8);
       std::memcpy(out.data(), &v, 8);
       sample->fields[i] = out;
     } else {

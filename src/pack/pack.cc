@@ -418,34 +418,6 @@ struct ScratchDir {
   }
 };
 
-// The objects a remote pattern names ("s3://bucket/dir/shards-*.tar"): its
-// location (up to the last '/') is listed only when the name has wildcards
-// (an HTTP server cannot list; a missing object fails when fetched).
-struct RemoteInputs {
-  std::shared_ptr<remote::ObjectStore> store;
-  std::vector<std::string> names;  // relative to the store's location
-};
-
-Result<RemoteInputs> ExpandRemote(const std::string& pattern, const std::string& endpoint) {
-  const size_t slash = pattern.rfind('/');
-  const std::string where = pattern.substr(0, slash), name = pattern.substr(slash + 1);
-  if (formats::HasWildcards(where) || where.find('{') != std::string::npos) {
-    return Status::InvalidArgument(pattern +
-                                   ": wildcards and braces only in the last part of the name");
-  }
-  SATURATE_ASSIGN_OR_RETURN(remote::ObjectUrl url, remote::ParseObjectUrl(where));
-  remote::StoreOptions options;
-  options.endpoint = endpoint;
-  RemoteInputs in;
-  SATURATE_ASSIGN_OR_RETURN(in.store, remote::OpenObjectStore(url, options));
-  std::vector<std::string> listed;
-  if (formats::HasWildcards(name)) {
-    SATURATE_ASSIGN_OR_RETURN(listed, in.store->List());
-  }
-  SATURATE_ASSIGN_OR_RETURN(in.names, formats::MatchPattern(name, listed));
-  return in;
-}
-
 // Fetches one object into `path` (written whole, then renamed).
 Status Fetch(remote::ObjectStore& store, const std::string& name, const std::string& path) {
   SATURATE_ASSIGN_OR_RETURN(std::string bytes, store.Get(name));
@@ -486,7 +458,10 @@ Result<PackSummary> PackSource(const std::vector<std::string>& patterns,
   for (const std::string& p : patterns) {
     SATURATE_ASSIGN_OR_RETURN(formats::SourceSpec one, formats::ParseSourceSpec(p, spec.options));
     if (!one.remote) continue;
-    SATURATE_ASSIGN_OR_RETURN(RemoteInputs in, ExpandRemote(one.pattern, options.endpoint));
+    remote::StoreOptions so;
+    so.endpoint = options.endpoint;
+    SATURATE_ASSIGN_OR_RETURN(formats::RemoteFiles in,
+                              formats::ExpandRemotePattern(one.pattern, so));
     for (const std::string& name : in.names) {
       const std::string url = in.store->Describe(name);
       spec.files.push_back(url);
@@ -494,6 +469,7 @@ Result<PackSummary> PackSource(const std::vector<std::string>& patterns,
     }
     stores.push_back(std::move(in.store));
   }
+  spec.remote = false;  // each group's files are local: fetched ones included
   const bool one_at_a_time = !remote_files.empty() ||
                              std::any_of(spec.files.begin(), spec.files.end(), formats::IsGzipName);
   // Local uncompressed files are opened together (the total is known up

@@ -78,7 +78,7 @@ struct Request {
 struct Response {
   long status = 0;
   std::string body;  // when not into_span (or an error body, capped)
-  std::string etag;
+  std::string etag, last_modified;
   uint64_t written = 0;
   bool overflow = false;
 };
@@ -119,16 +119,25 @@ size_t OnWrite(char* data, size_t size, size_t n, void* user) {
   return bytes;
 }
 
+// The value of header `name` ("etag:") in `line`, trimmed; false if another header.
+bool HeaderValue(std::string_view line, std::string_view name, std::string* out) {
+  if (line.size() <= name.size() || strncasecmp(line.data(), name.data(), name.size()) != 0) {
+    return false;
+  }
+  line.remove_prefix(name.size());
+  while (!line.empty() && (line.front() == ' ')) line.remove_prefix(1);
+  while (!line.empty() && (line.back() == '\r' || line.back() == '\n' || line.back() == ' ')) {
+    line.remove_suffix(1);
+  }
+  *out = std::string(line);
+  return true;
+}
+
 size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   auto* resp = static_cast<Response*>(user);
-  std::string_view line(data, size * n);
-  if (line.size() > 5 && strncasecmp(line.data(), "etag:", 5) == 0) {
-    line.remove_prefix(5);
-    while (!line.empty() && (line.front() == ' ')) line.remove_prefix(1);
-    while (!line.empty() && (line.back() == '\r' || line.back() == '\n' || line.back() == ' ')) {
-      line.remove_suffix(1);
-    }
-    resp->etag = std::string(line);
+  const std::string_view line(data, size * n);
+  if (!HeaderValue(line, "etag:", &resp->etag)) {
+    HeaderValue(line, "last-modified:", &resp->last_modified);
   }
   return size * n;
 }
@@ -173,6 +182,18 @@ class CurlStore final : public ObjectStore {
     SATURATE_RETURN_IF_ERROR(Perform(&req, &resp, name));
     counters_.bytes_fetched += resp.body.size();
     return std::move(resp.body);
+  }
+
+  Result<ObjectStat> Stat(std::string_view name) override {
+    Request req;
+    req.method = "HEAD";
+    req.url = ObjectAddress(name);
+    Response resp;
+    curl_off_t length = -1;
+    SATURATE_RETURN_IF_ERROR(Perform(&req, &resp, name, &length));
+    if (length < 0) return Status::IOError(Describe(name) + ": HEAD answered without a length");
+    return ObjectStat{static_cast<uint64_t>(length),
+                      resp.etag.empty() ? resp.last_modified : resp.etag};
   }
 
   Status GetRange(std::string_view name, uint64_t offset, std::span<std::byte> out) override {
@@ -399,6 +420,8 @@ class CurlStore final : public ObjectStore {
       curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req->method.c_str());
     } else if (req->method == "DELETE") {
       curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
+    } else if (req->method == "HEAD") {
+      curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     }
     if (!config_.credentials.session_token.empty()) {
       token_header_ = "x-amz-security-token: " + config_.credentials.session_token;
@@ -456,7 +479,9 @@ class CurlStore final : public ObjectStore {
     }
   }
 
-  Status Perform(Request* req, Response* resp, std::string_view name) {
+  // `length`, when given: the Content-Length of the answer (-1 if none).
+  Status Perform(Request* req, Response* resp, std::string_view name,
+                 curl_off_t* length = nullptr) {
     CURL* c = Acquire();
     if (c == nullptr) return Status::Internal("curl_easy_init failed");
     const auto start = Clock::now();
@@ -475,6 +500,7 @@ class CurlStore final : public ObjectStore {
       const Transport t = TryOnce(c, req, resp, &error);
       ++attempts;
       if (t == Transport::kOk && resp->status >= 200 && resp->status < 300) {
+        if (length != nullptr) curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, length);
         result = Status::OK();
         break;
       }

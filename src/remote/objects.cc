@@ -66,6 +66,13 @@ class MemoryStore final : public ObjectStore {
     counters_.bytes_fetched += it->second.size();
     return it->second;
   }
+  Result<ObjectStat> Stat(std::string_view name) override {
+    std::lock_guard lock(mu_);
+    ++counters_.requests;
+    auto it = objects_.find(std::string(name));
+    if (it == objects_.end()) return Status::NotFound(Describe(name) + ": not found");
+    return ObjectStat{it->second.size(), std::to_string(std::hash<std::string>()(it->second))};
+  }
   Status GetRange(std::string_view name, uint64_t offset, std::span<std::byte> out) override {
     std::lock_guard lock(mu_);
     ++counters_.requests;

@@ -24,8 +24,14 @@ TEST(MemoryStore, PutGetListDelete) {
   ASSERT_TRUE(store->Put("b/x", Bytes("world!")).ok());  // replaced whole
   EXPECT_EQ(*store->Get("b/x"), "world!");
   EXPECT_EQ(*store->List(), (std::vector<std::string>{"a", "b/x"}));
+  auto stat = store->Stat("b/x");
+  ASSERT_TRUE(stat.ok());
+  EXPECT_EQ(stat->bytes, 6u);
+  ASSERT_TRUE(store->Put("b/x", Bytes("wOrld!")).ok());  // same size, new bytes: a new version
+  EXPECT_NE(store->Stat("b/x")->version, stat->version);
   ASSERT_TRUE(store->Delete("a").ok());
   ASSERT_TRUE(store->Delete("a").ok());  // deleting a missing object is not an error
+  EXPECT_EQ(store->Stat("a").status().code(), StatusCode::kNotFound);
   auto missing = store->Get("a");
   ASSERT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("s3://bucket/ckpt/a"), std::string::npos);

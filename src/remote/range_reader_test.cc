@@ -23,6 +23,10 @@ class MemoryStore : public ObjectStore {
   int fail_next = 0;
 
   Result<std::string> Get(std::string_view) override { return Status::Unimplemented("get"); }
+  Result<ObjectStat> Stat(std::string_view name) override {
+    std::lock_guard<std::mutex> lock(mu);
+    return ObjectStat{objects.at(std::string(name)).size(), "v1"};
+  }
   Status GetRange(std::string_view name, uint64_t offset, std::span<std::byte> out) override {
     std::lock_guard<std::mutex> lock(mu);
     if (fail_next > 0) {

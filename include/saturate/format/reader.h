@@ -131,7 +131,7 @@ class Dataset {
   // Remote datasets: records `indices` are read next, in this order
   // (appended to the plan, or replacing it). A no-op for local datasets.
   void PlanReads(std::span<const uint64_t> indices, bool replace) const;
-  bool remote() const { return remote_ != nullptr; }
+  bool remote() const;  // read from object storage (a dataset or WebDataset/TFRecord objects)
   // Requests, bytes, retries and cache counters (zero for local datasets).
   remote::RemoteStats remote_stats() const;
   // Remote datasets: ends the requests running or retrying now and fails

@@ -53,6 +53,7 @@
 
 #include "saturate/base/status.h"
 #include "saturate/format/schema.h"
+#include "saturate/remote/range_reader.h"
 
 namespace saturate::formats {
 
@@ -76,6 +77,8 @@ struct SourceOptions {
   // Called as JPEG tables are made (samples done, samples to do), from the
   // threads making them, one call at a time.
   std::function<void(uint64_t done, uint64_t total)> progress;
+  // Objects in a bucket: endpoint, cache directory, read-ahead, requests.
+  remote::RemoteOptions remote;
 };
 
 // What a pattern names, before any file is opened.
@@ -97,9 +100,6 @@ bool IsSourcePattern(const std::string& path);
 // nothing). `defaults` gives the options the '?' keys do not set.
 Result<SourceSpec> ParseSourceSpec(const std::string& path, const SourceOptions& defaults = {});
 
-// InvalidArgument for reading a remote pattern in place: it says how to pack it.
-Status RemoteSourceIsPacked(const std::string& pattern);
-
 // True for a gzip'd file name (.gz, .tgz).
 bool IsGzipName(const std::string& file);
 
@@ -116,6 +116,8 @@ struct Sample {
 
 class Source {
  public:
+  class Data;  // where a file's bytes are read (source.cc)
+
   // `schema`: use this schema instead of inferring one (packing many files
   // one at a time). `names`: what errors call each file (default: its path).
   static Result<std::unique_ptr<Source>> Open(const SourceSpec& spec,
@@ -145,15 +147,35 @@ class Source {
   // Starts loading sample `index`'s first max_bytes into memory.
   void Prefetch(uint64_t index, uint64_t max_bytes) const;
 
+  // Objects in a bucket (s3://, http(s)://): read by range, through a
+  // remote::RangeReader that fetches ahead in the order PlanReads gives
+  // (the loader's sampler order). The rest is a no-op for local files.
+  bool remote() const;
+  void PlanReads(std::span<const uint64_t> indices, bool replace) const;
+  void CancelRemote() const;
+  remote::RemoteStats remote_stats() const;
+
  private:
   struct File;
   Source() = default;
+  // Expands a remote pattern, finds each object's size and version, and
+  // opens the range reader; the files read through it.
+  Status OpenRemote(const SourceSpec& spec, const std::vector<std::string>* names);
+  // A remote object's index and JPEG tables, from one read of it whole.
+  Status BuildRemote(File& file);
   // After the schema: the JPEG tables, taken or made under `lock` (Open's).
   static Result<std::unique_ptr<Source>> Finish(std::unique_ptr<Source> src, IndexBuildLock* lock);
   // Waits for the process making tables (IndexBuildLock) unless `lock` is
   // held already, then takes the tables it saved.
   void LoadJpegTablesAfterWait(IndexBuildLock* lock);
-  void MakeJpegTables();
+  void MakeJpegTables(const std::vector<File*>& files);
+  // Sample `local`'s image bytes as the schema's image field reads them (the
+  // first .jpg/.jpeg/.png member; the image_key feature); empty if none.
+  Result<std::span<const std::byte>> ImageBytes(const File& file, uint64_t local,
+                                                Sample* sample) const;
+  // Where sample `local` lies in its file: (offset, bytes), its members' span
+  // or its TFRecord framing; the one range a read of it asks for.
+  std::pair<uint64_t, uint64_t> SampleSpan(const File& file, uint64_t local) const;
   std::pair<const File*, uint64_t> Locate(uint64_t index) const;
   Status ReadWebDataset(const File& file, uint64_t local, Sample* sample) const;
   Status ReadTfrecord(const File& file, uint64_t local, Sample* sample) const;
@@ -166,7 +188,8 @@ class Source {
   std::vector<uint64_t> file_start_;
   uint64_t total_ = 0;
   size_t indexes_built_ = 0;
-  size_t image_field_ = SIZE_MAX;  // the schema's image field, if any
+  size_t image_field_ = SIZE_MAX;                // the schema's image field, if any
+  std::unique_ptr<remote::RangeReader> reader_;  // remote objects only
 };
 
 }  // namespace saturate::formats

@@ -61,6 +61,13 @@ struct RemoteStats {
   uint64_t cache_evictions = 0;
 };
 
+struct ObjectStat {
+  uint64_t bytes = 0;
+  // What changes when the object is replaced: its ETag, else its
+  // Last-Modified; empty when the server sends neither.
+  std::string version;
+};
+
 class ObjectStore {
  public:
   virtual ~ObjectStore() = default;
@@ -70,6 +77,8 @@ class ObjectStore {
 
   // `name` is relative to the location's prefix ("manifest.json").
   virtual Result<std::string> Get(std::string_view name) = 0;
+  // The object's size and version (a HEAD request), without its bytes.
+  virtual Result<ObjectStat> Stat(std::string_view name) = 0;
   // Exactly out.size() bytes at `offset`; Corruption when the object is shorter.
   virtual Status GetRange(std::string_view name, uint64_t offset, std::span<std::byte> out) = 0;
   // One PUT up to multipart_threshold_bytes, else a multipart upload straight
