@@ -88,7 +88,8 @@ class Loader:
     Args:
       dataset: a directory written by ``saturate pack`` / :func:`saturate.pack`; or WebDataset
         tar shards / TFRecord files read where they lie (``"laion-{000..009}.tar"``,
-        ``"train-*.tfrecord"``; a sidecar index is built on first use; docs/formats.md).
+        ``"train-*.tfrecord"``; a sidecar index is built on first use; docs/formats.md), in a
+        bucket too (``"s3://bucket/laion/{00000..00999}.tar"``; docs/remote.md).
       batch_size: samples per batch.
       shuffle, seed: a new permutation each epoch, from (seed, epoch). ``shuffle="block"``
         shuffles ~4 MiB blocks of neighbouring records, then records within windows of 16

@@ -629,8 +629,11 @@ def serve(directory):
     server.serve_forever()
 
 
-def test_http_range_server(folder, tmp_path):
+def test_http_range_server(folder, tmp_path, monkeypatch):
     local = local_copy(tmp_path, folder)
+    os.mkdir(tmp_path / "wds")
+    write_wds_shards(folder, str(tmp_path / "wds"))
+    monkeypatch.setenv("SATURATE_INDEX_DIR", str(tmp_path / "index"))
     # In its own process: the loader's consumer holds the GIL while it waits.
     proc = subprocess.Popen(
         [sys.executable, "-c", f"import test_remote; test_remote.serve({str(tmp_path)!r})"],
@@ -646,6 +649,12 @@ def test_http_range_server(folder, tmp_path):
         assert "OK, 48 records" in cli("verify", url, "-q").stdout
         r = cli("inspect", url + "-missing", check=False)
         assert r.returncode != 0 and "not found (HTTP 404" in r.stderr
+        # WebDataset shards on a plain HTTP server, read in place (braces: no listing).
+        base = url.removesuffix("/local.sat")
+        want_labels, want_images, _ = rrc_epoch(str(tmp_path / "wds" / "shard-{0..2}.tar"))
+        labels, images, _ = rrc_epoch(base + "/wds/shard-{0..2}.tar")
+        np.testing.assert_array_equal(labels, want_labels)
+        np.testing.assert_array_equal(images, want_images)
     finally:
         proc.kill()
         proc.wait()

@@ -407,6 +407,7 @@ Status Source::OpenRemote(const SourceSpec& spec, const std::vector<std::string>
   char id[24];
   std::snprintf(id, sizeof(id), "%016llx",
                 static_cast<unsigned long long>(XXH3_64bits(identity.data(), identity.size())));
+  store_ = in.store;
   SATURATE_ASSIGN_OR_RETURN(
       reader_,
       remote::RangeReader::Open(std::move(in.store), std::move(objects), id, spec.options.remote));
@@ -419,20 +420,22 @@ Status Source::OpenRemote(const SourceSpec& spec, const std::vector<std::string>
 
 Status Source::BuildRemote(File& file) {
   std::vector<std::byte> bytes(file.data->size());
-  SATURATE_RETURN_IF_ERROR(remote::FetchInto(const_cast<remote::ObjectStore&>(reader_->store()),
-                                             reader_->objects()[*file.object].name, 0, bytes));
+  SATURATE_RETURN_IF_ERROR(
+      remote::FetchInto(*store_, reader_->objects()[*file.object].name, 0, bytes));
   std::unique_ptr<Data> remote_data = std::move(file.data);
   file.data = std::make_unique<MemoryData>(std::move(bytes));
   SourceOptions offsets_only = options_;
   offsets_only.write_index = false;  // saved once, with the tables
   IndexFrom from = IndexFrom::kNone;
-  Status st = OpenFile(format_, offsets_only, true, &from, &file.data, &file.index, file.path,
-                       file.version);
+  Status st =
+      OpenFile(format_, offsets_only, true, &from, &file.data, &file.index, file.path, file.version)
+          .WithContext(file.name);
   if (st.ok()) {
     if (format_ == SourceFormat::kWebDataset) file.GroupSamples();
     if (options_.index_jpeg) MakeJpegTables({&file});
-    if (options_.write_index)
+    if (options_.write_index) {
       SaveFileIndex(file.index, IndexCandidates(file.path, options_.index_dir));
+    }
   }
   file.data = std::move(remote_data);
   return st;
@@ -489,9 +492,10 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
     ParallelFor(n, spec.remote ? 16 : 8, [&](size_t i) {
       File& file = *src->files_[i];
       if (from[i] != IndexFrom::kNone) return;
-      results[i] = OpenFile(spec.format, spec.options, build && !spec.remote, &from[i], &file.data,
-                            &file.index, file.path,
-                            file.object ? std::optional(file.version) : std::nullopt);
+      results[i] =
+          OpenFile(spec.format, spec.options, build && !spec.remote, &from[i], &file.data,
+                   &file.index, file.path, file.object ? std::optional(file.version) : std::nullopt)
+              .WithContext(file.name);
     });
     if (build && spec.remote) {
       for (size_t i = 0; i < n && results[i].ok(); ++i) {
@@ -500,8 +504,7 @@ Result<std::unique_ptr<Source>> Source::Open(const SourceSpec& spec, const forma
         if (results[i].ok()) from[i] = IndexFrom::kBuilt;
       }
     }
-    for (size_t i = 0; i < n; ++i)
-      SATURATE_RETURN_IF_ERROR(results[i].WithContext(src->files_[i]->name));
+    for (size_t i = 0; i < n; ++i) SATURATE_RETURN_IF_ERROR(results[i]);
   }
   src->indexes_built_ = std::count(from.begin(), from.end(), IndexFrom::kBuilt);
   // WebDataset: consecutive members sharing a key are one sample.

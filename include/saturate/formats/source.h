@@ -188,8 +188,11 @@ class Source {
   std::vector<uint64_t> file_start_;
   uint64_t total_ = 0;
   size_t indexes_built_ = 0;
-  size_t image_field_ = SIZE_MAX;                // the schema's image field, if any
-  std::unique_ptr<remote::RangeReader> reader_;  // remote objects only
+  size_t image_field_ = SIZE_MAX;  // the schema's image field, if any
+  // Remote objects only: the store (whole reads while indexing) and the
+  // reader of the samples' ranges.
+  std::shared_ptr<remote::ObjectStore> store_;
+  std::unique_ptr<remote::RangeReader> reader_;
 };
 
 }  // namespace saturate::formats
