@@ -20,39 +20,14 @@ DS=${1:-/tmp/saturate-bench-data/photos.sat}
 REPEATS=${2:-3}
 THREADS=${THREADS:-2}
 work=$(mktemp -d /tmp/saturate-remote-bench.XXXXXX)
-ports=$(python3 - <<'PY'
-import socket
-out = []
-while len(out) < 4:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]
-    if p + 10000 > 65535 or p in out: continue
-    try:
-        with socket.socket() as s: s.bind(("127.0.0.1", p + 10000))
-    except OSError: continue
-    out.append(p)
-print(*out)
-PY
-)
-read -r MP VP FP SP <<<"$ports"
-export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_ENDPOINT_URL=http://127.0.0.1:$SP
-mkdir -p "$work/data"
-"$WEED" server -dir="$work/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 -master.port="$MP" \
-  -volume.port="$VP" -filer.port="$FP" -s3 -s3.port="$SP" -volume.max=100 \
-  -master.volumeSizeLimitMB=64 -s3.port.iceberg=0 -s3.port.lance=0 -master.telemetry=false \
-  >"$work/weed.log" 2>&1 &
-weed_pid=$!
-disown "$weed_pid"  # no "Killed" notice from the clean-up
+source bench/seaweedfs.sh
+start_seaweedfs "$work" "$WEED"
 cleanup() {
-  kill "$weed_pid" 2>/dev/null || true
-  sleep 2
-  kill -9 "$weed_pid" 2>/dev/null || true
+  stop_seaweedfs
   rm -rf "$work"
 }
 trap cleanup EXIT
-s3curl() { curl -sSf --aws-sigv4 aws:amz:us-east-1:s3 -u bench:bench "$@"; }
-# The S3 port answers before the filer behind it is ready: retry the bucket creation.
-for _ in $(seq 120); do s3curl -X PUT "$AWS_ENDPOINT_URL/bench" >/dev/null 2>&1 && break; sleep 0.5; done
+make_bucket bench
 # Upload with plain curl: shards first, manifest last.
 for f in "$DS"/*.srec "$DS"/manifest.json; do
   s3curl -T "$f" "$AWS_ENDPOINT_URL/bench/photos/$(basename "$f")" >/dev/null

@@ -741,13 +741,17 @@ std::pair<uint64_t, uint64_t> Source::SampleSpan(const File& file, uint64_t loca
     const IndexEntry& e = file.index.entries[local];
     return {e.offset, kTfrecordHeaderBytes + e.size + kTfrecordFooterBytes};
   }
-  uint64_t begin = UINT64_MAX, end = 0;
-  for (uint32_t m = file.first[local]; m < file.first[local + 1]; ++m) {
-    const IndexEntry& e = file.index.entries[m];
-    begin = std::min(begin, e.offset);
-    end = std::max(end, e.offset + e.size);
-  }
-  return begin < end ? std::pair(begin, end - begin) : std::pair(uint64_t{0}, uint64_t{0});
+  // From the sample's first member to the next sample's: the spans of a
+  // file's samples tile it (the tar headers and padding between members
+  // included), so the reader joins neighbours into one request.
+  const auto& entries = file.index.entries;
+  const uint32_t first = file.first[local], next = file.first[local + 1];
+  if (first == next) return {0, 0};
+  const uint64_t begin = entries[first].offset;
+  const uint64_t end = local + 1 < file.keys.size()
+                           ? entries[next].offset
+                           : entries[next - 1].offset + entries[next - 1].size;
+  return {begin, end - begin};
 }
 
 void Source::PlanReads(std::span<const uint64_t> indices, bool replace) const {

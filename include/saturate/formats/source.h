@@ -173,8 +173,9 @@ class Source {
   // first .jpg/.jpeg/.png member; the image_key feature); empty if none.
   Result<std::span<const std::byte>> ImageBytes(const File& file, uint64_t local,
                                                 Sample* sample) const;
-  // Where sample `local` lies in its file: (offset, bytes), its members' span
-  // or its TFRecord framing; the one range a read of it asks for.
+  // Where sample `local` lies in its file: (offset, bytes), from its first
+  // member to the next sample's, or its TFRecord framing; the one range a
+  // read of it asks for.
   std::pair<uint64_t, uint64_t> SampleSpan(const File& file, uint64_t local) const;
   std::pair<const File*, uint64_t> Locate(uint64_t index) const;
   Status ReadWebDataset(const File& file, uint64_t local, Sample* sample) const;
