@@ -86,9 +86,11 @@ ctest --test-dir build/asanfuzz --output-on-failure -j "$JOBS"
 step "TSan build and test of the threaded parts"
 cmake -S . -B build/tsan -G Ninja -DSATURATE_WERROR=ON -DSATURATE_WITH_CUDA=OFF \
   -DSATURATE_SANITIZE=thread >/dev/null
-cmake --build build/tsan -j "$JOBS" --target format_test pack_test base_test loader_test feed_core_test \
-  device_loader_test device_test watch_test trace_test checkpoint_test job_test remote_test
-for t in base/base_test format/format_test pack/pack_test feed/loader_test feed/feed_core_test \
+cmake --build build/tsan -j "$JOBS" --target format_test formats_test pack_test base_test loader_test \
+  feed_core_test device_loader_test device_test watch_test trace_test checkpoint_test job_test \
+  remote_test
+for t in base/base_test format/format_test formats/formats_test pack/pack_test feed/loader_test \
+  feed/feed_core_test \
   feed/device_loader_test device/device_test watch/watch_test trace/trace_test \
   checkpoint/checkpoint_test job/job_test remote/remote_test; do
   build/tsan/src/$t
