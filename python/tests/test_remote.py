@@ -358,9 +358,12 @@ def test_webdataset_and_tfrecord_objects_read_in_place(s3, folder, tmp_path, mon
     np.testing.assert_array_equal(labels, want_labels)
     np.testing.assert_array_equal(images, want_images)
 
-    # A missing object is named by its URL.
+    # A missing object is named by its URL; so is a glob that matches nothing.
     with pytest.raises(saturate.errors.NotFoundError, match=f"s3://{BUCKET}/inplace/shard-7.tar"):
         saturate.Loader(f"s3://{BUCKET}/inplace/shard-{{0,7}}.tar", 8)
+    with pytest.raises(saturate.errors.NotFoundError,
+                       match=rf"s3://{BUCKET}/inplace/none-\*\.tar: no such object"):
+        saturate.Loader(f"s3://{BUCKET}/inplace/none-*.tar", 8)
 
 
 def test_readme_example_trains_from_s3_with_a_cache(s3, folder, tmp_path):

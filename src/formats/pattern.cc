@@ -160,7 +160,13 @@ Result<RemoteFiles> ExpandRemotePattern(const std::string& pattern,
   if (HasWildcards(name)) {
     SATURATE_ASSIGN_OR_RETURN(listed, out.store->List());
   }
-  SATURATE_ASSIGN_OR_RETURN(out.names, MatchPattern(name, listed));
+  auto names = MatchPattern(name, listed);
+  if (!names.ok()) {
+    return names.status().code() == StatusCode::kNotFound
+               ? Status::NotFound(pattern + ": no such object(s)")
+               : names.status().WithContext(where);
+  }
+  out.names = std::move(*names);
   return out;
 }
 
