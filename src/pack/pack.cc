@@ -19,7 +19,7 @@
 #include "pack/table.h"
 #include "saturate/format/writer.h"
 #include "saturate/formats/source.h"
-#include "saturate/remote/object_store.h"
+#include "saturate/remote/objects.h"
 
 namespace saturate::pack {
 namespace {
@@ -418,10 +418,17 @@ struct ScratchDir {
   }
 };
 
-// Fetches one object into `path` (written whole, then renamed).
+// Fetches one object into `path` with parallel ranged GETs (a scratch file:
+// no fsync, nothing to keep if the pack stops).
 Status Fetch(remote::ObjectStore& store, const std::string& name, const std::string& path) {
-  SATURATE_ASSIGN_OR_RETURN(std::string bytes, store.Get(name));
-  return WriteFileAtomic(path, bytes);
+  SATURATE_ASSIGN_OR_RETURN(remote::ObjectStat stat, store.Stat(name));
+  std::vector<std::byte> bytes(stat.bytes);
+  SATURATE_RETURN_IF_ERROR(remote::FetchInto(store, name, 0, bytes));
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return Status::FromErrno(path, errno);
+  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  if (std::fclose(f) != 0 || !written) return Status::IOError(path + ": write failed");
+  return Status::OK();
 }
 
 struct LoadedSample {
