@@ -30,6 +30,11 @@
 // of a node opening the same files at once wait for the first one and read
 // what it saved.
 //
+// Objects in a bucket (s3://, http(s)://) are read in place: each object's
+// index is made from one whole read of it and kept in the index folder,
+// stamped with its size and ETag; samples are then ranges fetched ahead in
+// the loader's order (PlanReads; docs/remote.md).
+//
 // Uncompressed files are memory-mapped and stay open (Open() raises the
 // soft limit on open files toward the hard one when there are many); gzip'd
 // ones can only be packed (Open() says so). Errors name the file, the member or record, and the
@@ -87,8 +92,9 @@ struct SourceSpec {
   std::string pattern;             // without prefix and '?' keys
   std::vector<std::string> files;  // expanded, in order
   SourceOptions options;
-  // An s3:// or http(s):// pattern: `files` is left empty, for the caller
-  // that fetches the objects (saturate pack) to match against a listing.
+  // An s3:// or http(s):// pattern: `files` is left empty; Source::Open (or
+  // saturate pack, which fetches the objects) expands it against the
+  // location (formats/pattern.h, ExpandRemotePattern).
   bool remote = false;
 };
 
