@@ -1,6 +1,7 @@
 // Sidecar indexes: where each member (tar) or record (TFRecord) of a data
-// file lies, saved beside the file as `FILE.satidx` so the next Open() does
-// not scan it again.
+// file lies, saved beside the file as `FILE.satidx` (or in the index folder;
+// a remote object's only there, named by a hash of its URL) so the next
+// Open() does not scan it again.
 //
 //   index   := magic "SATFIDX1" | version u32 | kind u32 | data_size u64 |
 //              data_mtime_ns i64 | count u64 | entry* | tables | xxh3 u64 (of all before)
