@@ -172,10 +172,10 @@ class Loader:
         if rank is None and world_size is None:
             rank, world_size = _distributed_rank()
         self._framework = _FRAMEWORKS[framework]
-        # WebDataset / TFRecord files get their JPEG tables on first open (a bar on a
-        # terminal; one rank per node draws it).
+        # WebDataset / TFRecord files get their JPEG tables on first open: a bar on a
+        # terminal, drawn by the process that makes them (the index lock lets one rank of a
+        # node do it while the others wait; docs/formats.md).
         bar = _progress.Bar("indexing JPEGs", "image")
-        local_rank = os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0"))
         self._core = _core.Loader(
             dataset=os.fspath(dataset),
             batch_size=batch_size,
@@ -200,7 +200,7 @@ class Loader:
             remote_requests=remote_requests,
             block_shuffle=block_shuffle,
             decode=decode,
-            open_progress=bar if local_rank == "0" and sys.stderr.isatty() else None,
+            open_progress=bar if sys.stderr.isatty() else None,
         )
         bar.finish()
         self._device = device
