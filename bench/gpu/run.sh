@@ -21,6 +21,9 @@
 #   provenance  every library CMake found lies in the prefix (--dry-run: also no header or
 #               library of those packages came from this machine's /usr)
 #   ctest-gpu   ctest -L gpu (the CUDA loader, nvJPEG decode)
+#   imports     import saturate before and after torch, each in a fresh interpreter; where the
+#               module's libraries came from; if the first order dies, what tells the cause
+#               apart (the Debian copies loaded first, one at a time) and its native stack
 #   pytest-gpu  pytest -m gpu python/tests (CUDA batches, both import orders, GPM counters,
 #               GPU decode, the checkpoint pool's page-locking)
 #   nvjpeg      device_loader_nvjpeg_gpu_test run directly: the pixel differences it prints
@@ -325,7 +328,10 @@ EOF
 }
 
 # The environment every build and run step uses: headers, libraries and pkg-config from the
-# prefix first. CPATH also covers the multiarch include dir (jconfig.h, opensslconf.h) that no
+# prefix first. At run time only rt/ is on LD_LIBRARY_PATH, and the programs have no RUNPATH
+# (CMAKE_SKIP_BUILD_RPATH): a library this machine also has (libssl, libpng, libprotobuf-lite,
+# ...) is its own copy, never the Debian one, which would otherwise be loaded into a process
+# whose other modules were built against the machine's (see step_imports). CPATH also covers the multiarch include dir (jconfig.h, opensslconf.h) that no
 # find module names. (No LIBRARY_PATH: CMake would take its folders for the compiler's
 # implicit ones and leave them out of the programs' RUNPATH. Libraries are linked by full
 # path; -rpath-link, set at configure, lets ld resolve what they need in turn, e.g.
@@ -353,7 +359,7 @@ step_configure() {
     -DPKG_CONFIG_EXECUTABLE="$prefix/bin/pkg-config" \
     -DPython_EXECUTABLE="$py" -Dnanobind_DIR="$nb_dir" \
     -DCMAKE_EXE_LINKER_FLAGS="$link" -DCMAKE_SHARED_LINKER_FLAGS="$link" \
-    -DCMAKE_MODULE_LINKER_FLAGS="$link"
+    -DCMAKE_MODULE_LINKER_FLAGS="$link" -DCMAKE_SKIP_BUILD_RPATH=ON
 }
 
 step_build() {
@@ -435,6 +441,65 @@ step_sanitizer() {
   ((dry)) && skip "dry run: $test_bin built; memcheck needs a GPU"
   # --error-exitcode: without it memcheck reports errors and still exits 0.
   timeout --kill-after=10 150 "$cs" --tool memcheck --error-exitcode 86 "$test_bin"
+}
+
+# `import saturate` before `import torch` (the H200 runs' free(): invalid pointer, docs/gpu.md),
+# each try in a fresh interpreter: where each library of the module came from, both import
+# orders (these must pass), then what tells the cause apart: the prefix's Debian copies first
+# on LD_LIBRARY_PATH (what a RUNPATH into the prefix, as earlier runs were built, loads), and
+# each Debian copy of a library this machine also has loaded alone (RTLD_LOCAL, as a module's
+# dependencies are) before `import torch`, without saturate.
+step_imports() {
+  use_prefix
+  export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+  local so
+  so=$(echo "$build"/python/saturate/_core*.so)
+  [[ -f $so ]] || { echo "the module was not built"; return 1; }
+  echo "RUNPATH of $(basename "$so"): $(readelf -d "$so" | sed -n 's/.*(R[UN]*PATH).*\[\(.*\)\]/\1/p')"
+  echo "libraries import saturate loads:"
+  { LD_DEBUG=libs "$py" -c 'import saturate' 2>&1 || true; } | sed -n 's/.*calling init: /  /p' | sort -u
+  local bad=0 results=()
+  import_try "saturate, then torch" 'import saturate, torch' || bad=1
+  import_try "torch, then saturate" 'import torch, saturate' || bad=1
+  local first=${results[0]}
+  # What `import saturate` imports before torch does, without saturate.
+  import_try "numpy, hashlib, then torch (no saturate)" 'import numpy, hashlib, torch' || true
+  import_try "saturate, then torch; Debian copies first" 'import saturate, torch' \
+    LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" || true
+  local known soname lib
+  known=$("$(command -v ldconfig || echo /sbin/ldconfig)" -p 2>/dev/null | awk '{print $1}' || true)
+  for soname in $(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+    grep -qxF "$soname" <<<"$known" || continue
+    for lib in "$prefix/usr/lib/$arch/$soname" "$prefix/lib/$arch/$soname"; do
+      [[ -e $lib ]] || continue
+      import_try "Debian $soname alone, then torch" \
+        "import ctypes; ctypes.CDLL('$lib'); import torch" || true
+      break
+    done
+  done
+  if [[ $first != ok ]] && ((!dry)) && command -v cuda-gdb >/dev/null 2>&1; then
+    echo "saturate, then torch, under cuda-gdb (native stack, libraries):"
+    timeout --kill-after=10 90 cuda-gdb -q -batch -ex run -ex "bt 40" -ex "info sharedlibrary" \
+      --args "$py" -c 'import saturate, torch' 2>&1 | tail -n 120 || true
+  fi
+  echo "saturate first: $first; torch first: ${results[1]}; Debian copies first: ${results[3]}"
+  return "$bad"
+}
+
+# import_try LABEL CODE [VAR=VALUE...]: runs CODE in a fresh interpreter with those variables
+# set; prints ok or how it died, and appends that to the caller's `results`.
+import_try() {
+  local label=$1 code=$2 rc=0 out
+  shift 2
+  out=$(env "$@" timeout --kill-after=10 120 "$py" -X faulthandler -c "$code" 2>&1) || rc=$?
+  local result=ok
+  if ((rc != 0)); then
+    result="FAILED (exit $rc: $(grep -m1 -E 'free\(\)|Error|error|Fatal|Abort' <<<"$out" | cut -c1-90))"
+  fi
+  printf '  %-58s %s\n' "$label" "$result"
+  ((rc == 0)) || tail -n 15 <<<"$out" | sed 's/^/    /'
+  results+=("$result")
+  ((rc == 0))
 }
 
 step_pytest_gpu() {
@@ -715,6 +780,7 @@ needs provenance build && run_step provenance 1 step_provenance
 # Most informative first: what is verified only on a GPU, then the benchmarks; the earlier
 # runs' measurements (h2d, train, train-fp16) last, for SKIP to leave out.
 needs ctest-gpu build && run_step ctest-gpu 1 step_ctest_gpu
+needs imports build && run_step imports 1 step_imports
 needs pytest-gpu build && run_step pytest-gpu 1 step_pytest_gpu
 needs nvjpeg build && run_step nvjpeg 1 step_nvjpeg
 needs diagnosis build && run_step diagnosis 1 step_diagnosis

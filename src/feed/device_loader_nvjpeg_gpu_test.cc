@@ -254,10 +254,11 @@ TEST_F(NvJpegLoaderGpuTest, GpuDecodeFeedsTheConversionKernels) {
   EXPECT_LE(worst, 2 * kMaxMeanAbsDiff);  // per batch, in uint8 levels
 }
 
-// A JPEG whose header reads but whose scan is cut short reaches nvJPEG (the
-// worker reads only the header). With skip_bad it must be skipped as the CPU
-// path skips it, never delivered as whatever nvJPEG makes of it: the labels
-// of every batch match the CPU loader's.
+// A JPEG whose header reads but whose scan is cut short: the worker finds no
+// EOI after the scan and leaves it to the CPU path, which reports it, so with
+// skip_bad it is skipped as the CPU loader skips it, never delivered as
+// whatever nvJPEG makes of it (the H200's hardware decoder returned such a
+// file as if whole): the labels of every batch match the CPU loader's.
 TEST_F(NvJpegLoaderGpuTest, AJpegNoDecoderCanReadIsSkippedWithSkipBad) {
   saturate::testing::TempDir dir;
   SATURATE_ASSERT_OK(saturate::testing::WriteImageDataset(dir.path(), 20, /*cut=*/5));

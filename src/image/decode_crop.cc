@@ -252,6 +252,18 @@ Status DecodePngCrop(std::span<const std::byte> encoded, CropPlanner& planner, i
   return Status::OK();
 }
 
+// Whether an EOI marker (FF D9) follows the scan that starts at `scan`. A
+// JPEG cut short has none: libjpeg reports it (the CPU path's error), while a
+// hardware decoder may return whatever it made of the part it got. Stuffed
+// scan data never holds FF D9, so the last one found from the end is the EOI
+// (or that of data appended after the image, which is then whole too).
+bool HasEoiAfter(std::span<const std::byte> encoded, size_t scan) {
+  for (size_t i = encoded.size(); i >= scan + 2; --i) {
+    if (encoded[i - 1] == std::byte{0xD9} && encoded[i - 2] == std::byte{0xFF}) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Status DecodeCropResize(std::span<const std::byte> encoded, CropPlanner& planner, int out_width,
@@ -289,7 +301,8 @@ std::optional<PlannedJpeg> PlanJpegForDecoder(std::span<const std::byte> encoded
   if (!ReadJpegHeader(data, encoded.size(), s)) return std::nullopt;
   const int width = static_cast<int>(c.image_width);
   const int height = static_cast<int>(c.image_height);
-  if ((c.num_components != 1 && c.num_components != 3) || !CheckSize(width, height).ok()) {
+  if ((c.num_components != 1 && c.num_components != 3) || !CheckSize(width, height).ok() ||
+      !HasEoiAfter(encoded, encoded.size() - c.src->bytes_in_buffer)) {
     return std::nullopt;
   }
   PlannedJpeg p{encoded};

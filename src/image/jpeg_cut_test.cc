@@ -400,6 +400,13 @@ TEST_F(DecodeCropResizeTest, PlanForDecoderReadsOnceDrawsAndCuts) {
   EXPECT_FALSE(PlanJpegForDecoder(cmyk_jpeg, planner, &scratch));
   EXPECT_FALSE(
       PlanJpegForDecoder(Bytes(indexed.begin(), indexed.begin() + 100), planner, &scratch));
+  // Cut short inside the scan: the header reads, no EOI follows.
+  EXPECT_FALSE(PlanJpegForDecoder(Bytes(jpeg_.begin(), jpeg_.end() - 200), planner, &scratch));
+  EXPECT_FALSE(PlanJpegForDecoder(Bytes(indexed.begin(), indexed.end() - 2), planner, &scratch));
+  // Bytes appended after the EOI (camera trailers) leave the image whole.
+  Bytes trailer = indexed;
+  trailer.insert(trailer.end(), 300, std::byte{0x5A});
+  EXPECT_TRUE(PlanJpegForDecoder(trailer, planner, &scratch));
   planner.crop = {kW - 10, 0, 20, 20};  // Outside the image.
   EXPECT_FALSE(PlanJpegForDecoder(indexed, planner, &scratch));
   const Bytes png = EncodePng(rgb_.data(), kW, kH, PNG_FORMAT_RGB);

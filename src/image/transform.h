@@ -191,7 +191,9 @@ class CropPlanner {
 // DecodeCropResize). nullopt, with the planner perhaps called, for
 // anything the CPU path must decode (and report): not a JPEG, a header
 // that does not read (warnings count, as in DecodeCropResize), other than
-// 1 or 3 components, a size out of range, a crop outside the image.
+// 1 or 3 components, a size out of range, a scan with no EOI after it (a
+// file cut short, which some hardware decoders return as if whole), a crop
+// outside the image.
 struct PlannedJpeg {
   std::span<const std::byte> jpeg;  // `encoded`, or its cut (in `scratch`).
   CropRect crop;                    // In jpeg's pixels.
