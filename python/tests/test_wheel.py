@@ -126,6 +126,22 @@ def test_installed_binaries_load_nothing_from_outside_the_wheel(installed):
         assert not [n for n in libs if DLOPENED.search(n)], (binary, sorted(libs))
 
 
+def test_the_module_exports_only_its_init(installed):
+    """Nothing of the module's C++ (its static libraries, the std:: code libstdc++'s headers
+    emit with default visibility) is exported: where libstdc++.so.6 is first loaded as the
+    module's dependency, libstdc++'s own calls would bind to the module's copies, built from
+    an older GCC's headers than the runtime's on a newer distribution (the H200 runs' crash:
+    free(): invalid pointer in std::locale::~locale during `import torch` after `import
+    saturate`, Ubuntu 24.04; docs/gpu.md)."""
+    package, _ = installed
+    (core,) = [os.path.join(package, n) for n in os.listdir(package)
+               if n.startswith("_core.") and n.endswith(".so")]
+    out = subprocess.run(["nm", "-D", "--defined-only", core], capture_output=True, text=True,
+                         check=True).stdout
+    exported = [line.split()[-1] for line in out.splitlines()]
+    assert exported == ["PyInit__core"], exported[:20]
+
+
 def test_a_new_venv_gets_all_it_needs_from_the_wheel_and_its_dependencies(wheel, photos, tmp_path):
     """A new venv without system site packages, `pip install WHEEL` (numpy comes from PyPI),
     and nothing else: the command packs JPEGs and the module decodes them (the bundled

@@ -203,7 +203,7 @@ struct Features {
 
   // GPUs, by index.
   std::vector<double> gpu_busy_pct;  // mean utilization over the training window
-  std::vector<double> gpu_idle_pct;  // share of the run in long idle stretches: util < 5%
+  std::vector<double> gpu_idle_pct;  // share of the training window in long stretches < 5%
                                      // for >= 5 s (or half the run)
   std::optional<double> gpu_memory_used_max_pct;  // max over samples and GPUs
   std::optional<double> throttled_pct;        // share of busy samples (util >= 10%) clock-limited

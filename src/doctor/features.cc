@@ -574,10 +574,16 @@ void GpuFeatures(const Run& run, const Training& t, Features* f) {
 
   std::vector<double> busy_sum(gpus, 0), max_clock(gpus, 0);
   std::vector<int64_t> busy_n(gpus, 0), idle_since_ns(gpus, -1), long_idle_ns(gpus, 0);
-  const int64_t long_idle_ns_min = std::min(kLongIdleNs, run.meta.duration_ns / 2);
+  // Long idle stretches count inside the training window only: the start-up
+  // before the first step (imports, CUDA context, model build) and the
+  // tear-down leave every GPU idle, and on a short run they outweigh the
+  // training (an H200 run: 11 s of start-up, 6 s of training at 97% busy).
+  const Interval& w = t.window;
+  const int64_t window_ns = w.end_ns - w.start_ns;
+  const int64_t long_idle_ns_min = std::min(kLongIdleNs, window_ns / 2);
   auto end_idle = [&](int g, int64_t t_ns) {
     if (idle_since_ns[g] < 0) return;
-    const int64_t len = t_ns - idle_since_ns[g];
+    const int64_t len = Overlap(idle_since_ns[g], t_ns, w.start_ns, w.end_ns);
     if (len >= long_idle_ns_min) long_idle_ns[g] += len;
     idle_since_ns[g] = -1;
   };
@@ -637,9 +643,8 @@ void GpuFeatures(const Run& run, const Training& t, Features* f) {
   for (int i = 0; i < gpus; ++i) {
     f->gpu_busy_pct.push_back(busy_n[i] ? busy_sum[i] / double(busy_n[i]) : 0);
     f->gpu_idle_pct.push_back(
-        run.meta.duration_ns > 0
-            ? std::min(100.0, 100.0 * double(long_idle_ns[i]) / double(run.meta.duration_ns))
-            : 0);
+        window_ns > 0 ? std::min(100.0, 100.0 * double(long_idle_ns[i]) / double(window_ns))
+                      : 0);
   }
   if (busy_samples > 0) {
     f->throttled_pct = 100.0 * double(throttled) / double(busy_samples);

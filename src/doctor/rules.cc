@@ -36,7 +36,7 @@ constexpr double kThrottledPct = 20;      // busy samples clock-limited
 constexpr double kAssumedThrottleLoss = 0.10;
 constexpr double kImbalancePoints = 20;    // max - min mean util across used GPUs
 constexpr double kMemoryFullPct = 95;      // GPU memory used, or host available below 5%
-constexpr double kIdleAllocationPct = 50;  // a GPU below 5% util for this share of the run
+constexpr double kIdleAllocationPct = 50;  // a GPU below 5% util for this share of the training window
 constexpr double kFp32AssumedGain = 0.3;   // conservative share of GPU time bf16 would save
 constexpr double kSyncsPerStep = 0.5;      // a CPU-run call site this frequent runs every step
 constexpr double kUnattributedPct = 15;    // step time in no phase worth a note
@@ -140,7 +140,7 @@ Finding NewFinding(std::string cause, std::string title, double lost_s, double d
 
 namespace {
 
-// Mean utilization of the GPUs in use (those not idle most of the run).
+// Mean utilization of the GPUs in use (those not idle most of the training window).
 std::optional<double> UsedGpuBusyPct(const Features& f) {
   double sum = 0;
   int n = 0;
@@ -1276,6 +1276,7 @@ std::optional<Finding> IdleAllocationRule(const Features& f, const AnalysisOptio
   for (double pct : f.gpu_idle_pct) {
     if (pct < kIdleAllocationPct) continue;
     ++idle;
+    // Held for the whole run, and idle through the training as around it.
     idle_gpu_s += f.duration_s * pct / 100;
   }
   if (idle == 0) return std::nullopt;
@@ -1283,11 +1284,11 @@ std::optional<Finding> IdleAllocationRule(const Features& f, const AnalysisOptio
   // Wall time: the idle share of the allocation.
   Finding x =
       Make(f, "idle_allocation",
-           idle == n ? Fmt("All %d GPU%s allocated but idle most of the run", n, n > 1 ? "s" : "")
-                     : Fmt("%d of %d GPUs allocated but idle most of the run", idle, n),
+           idle == n ? Fmt("All %d GPU%s allocated but idle most of the training", n, n > 1 ? "s" : "")
+                     : Fmt("%d of %d GPUs allocated but idle most of the training", idle, n),
            idle_gpu_s / n, 0.9);
   Add(x, "idle_gpu_s", idle_gpu_s, "s", "GPU-seconds below 5% utilization");
-  Add(x, "idle_gpus", idle, "", "GPUs idle for more than half the run");
+  Add(x, "idle_gpus", idle, "", "GPUs idle for more than half the training window");
   if (idle < n) {
     x.fix =
         Fmt("Request %d GPU%s instead of %d (or set CUDA_VISIBLE_DEVICES), or use them all "

@@ -586,6 +586,21 @@ TEST(RulesTest, IdleAllocationCountsGpusHeldIdle) {
   EXPECT_EQ(FixValue(a.findings[0], "gpus"), 1);
 }
 
+// The start-up before the first step (imports, CUDA context, model build)
+// leaves a GPU idle. On a short run that is most of the run, and still no idle
+// allocation: the H200's doctor runs (11 s of start-up, 6 s of training at up
+// to 97% busy) were each reported as one, above the cause planted.
+TEST(RulesTest, AnIdleStartUpIsNotAnIdleAllocation) {
+  RunBuilder b;
+  b.Gpus(1).Pause(20).Steps(10, {{"forward", 0.5}}).Samples([](double t_s, SamplePoint& s) {
+    if (t_s < 21) s.gpus[0].util_pct = 0;
+  });
+  Analysis a = Analyze(b.Build());
+  for (const Finding& x : a.findings) EXPECT_NE(x.cause, "idle_allocation") << Describe(a.findings);
+  ASSERT_EQ(a.features.gpu_idle_pct.size(), 1u);
+  EXPECT_NEAR(a.features.gpu_idle_pct[0], 0, 1e-9);
+}
+
 TEST(RulesTest, ModelConfigOnlyWithPrecisionEvidence) {
   std::mt19937 rng(1);
   RunBuilder b = HealthyGpu(rng);
