@@ -643,8 +643,7 @@ void GpuFeatures(const Run& run, const Training& t, Features* f) {
   for (int i = 0; i < gpus; ++i) {
     f->gpu_busy_pct.push_back(busy_n[i] ? busy_sum[i] / double(busy_n[i]) : 0);
     f->gpu_idle_pct.push_back(
-        window_ns > 0 ? std::min(100.0, 100.0 * double(long_idle_ns[i]) / double(window_ns))
-                      : 0);
+        window_ns > 0 ? std::min(100.0, 100.0 * double(long_idle_ns[i]) / double(window_ns)) : 0);
   }
   if (busy_samples > 0) {
     f->throttled_pct = 100.0 * double(throttled) / double(busy_samples);

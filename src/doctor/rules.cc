@@ -36,7 +36,7 @@ constexpr double kThrottledPct = 20;      // busy samples clock-limited
 constexpr double kAssumedThrottleLoss = 0.10;
 constexpr double kImbalancePoints = 20;    // max - min mean util across used GPUs
 constexpr double kMemoryFullPct = 95;      // GPU memory used, or host available below 5%
-constexpr double kIdleAllocationPct = 50;  // a GPU below 5% util for this share of the training window
+constexpr double kIdleAllocationPct = 50;  // a GPU below 5% util for this share of the window
 constexpr double kFp32AssumedGain = 0.3;   // conservative share of GPU time bf16 would save
 constexpr double kSyncsPerStep = 0.5;      // a CPU-run call site this frequent runs every step
 constexpr double kUnattributedPct = 15;    // step time in no phase worth a note
@@ -1282,11 +1282,11 @@ std::optional<Finding> IdleAllocationRule(const Features& f, const AnalysisOptio
   if (idle == 0) return std::nullopt;
   const int n = int(f.gpu_idle_pct.size());
   // Wall time: the idle share of the allocation.
-  Finding x =
-      Make(f, "idle_allocation",
-           idle == n ? Fmt("All %d GPU%s allocated but idle most of the training", n, n > 1 ? "s" : "")
-                     : Fmt("%d of %d GPUs allocated but idle most of the training", idle, n),
-           idle_gpu_s / n, 0.9);
+  Finding x = Make(
+      f, "idle_allocation",
+      idle == n ? Fmt("All %d GPU%s allocated but idle most of the training", n, n > 1 ? "s" : "")
+                : Fmt("%d of %d GPUs allocated but idle most of the training", idle, n),
+      idle_gpu_s / n, 0.9);
   Add(x, "idle_gpu_s", idle_gpu_s, "s", "GPU-seconds below 5% utilization");
   Add(x, "idle_gpus", idle, "", "GPUs idle for more than half the training window");
   if (idle < n) {
