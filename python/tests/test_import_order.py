@@ -2,7 +2,9 @@
 
 An H200 run aborted `examples/train_resnet18_photos.py` with glibc's `free(): invalid pointer`
 when saturate was imported before torch and its CUDA loader was made before torch had touched
-CUDA; the same loader ran fine the other way round. Each case runs in a fresh interpreter
+CUDA; the same loader ran fine the other way round. The module exported libstdc++'s inline
+code, which a newer libstdc++ loaded as its dependency bound to (docs/gpu.md); it now exports
+only its init (test_wheel.py checks that without a GPU). Each case runs in a fresh interpreter
 (import order is per process), pulls a few batches onto the GPU, and runs a torchvision
 model on them, as the example does.
 """
