@@ -11,6 +11,7 @@ package to it.
 """
 
 import gzip
+import importlib.util
 import os
 import pty
 import signal
@@ -127,6 +128,14 @@ def epoch_samples_and_stats(loader, field="image"):
         if i == len(loader) - 1:
             stats = loader.stats()
     return n, stats
+
+
+def load_module(name, path):
+    """The Python file at PATH as a module named NAME (bench/ scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_python(args, env=None, timeout=120, **kwargs):

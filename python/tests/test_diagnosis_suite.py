@@ -12,25 +12,17 @@ runs once more, and is skipped (with the cores measured) if it is still wrong
 and contended. A wrong top finding on a quiet machine fails.
 """
 
-import importlib.util
 import os
 import sys
 
 import pytest
-from conftest import REPO, saturate_cmd
+from conftest import REPO, load_module, saturate_cmd
 
 SUITE = os.path.join(REPO, "bench", "diagnosis", "run.py")
 CONTENDED_CORES = 0.5
 
 
-def load_suite():
-    spec = importlib.util.spec_from_file_location("diagnosis_suite", SUITE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-suite = load_suite()
+suite = load_module("diagnosis_suite", SUITE)
 
 
 @pytest.fixture(scope="module")
@@ -192,9 +184,7 @@ def test_gpu_script_runs_each_scenario_and_fix_on_the_cpu():
     """train_gpu.py's loop for every scenario and its fix, shrunk (32 px, batch 4,
     2 steps, no workers) and on the CPU: the flags parse and every path runs.
     (run.py --smoke runs them through doctor too: bench/gpu/run.sh --dry-run.)"""
-    spec = importlib.util.spec_from_file_location("train_gpu", gpu.TRAIN_GPU)
-    train_gpu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_gpu)
+    train_gpu = load_module("train_gpu", gpu.TRAIN_GPU)
     for s in gpu.smoke(gpu.GPU_SCENARIOS):  # run.py --smoke's sizes, --device cpu
         runs = [list(s.args)]
         for cause in sorted(s.expect):

@@ -5,26 +5,18 @@ scenario planted (bench/diagnosis/gpu_scenarios.py), and the healthy loop must
 have no finding above 5% of the run: the suite's own test, without a GPU."""
 
 import glob
-import importlib.util
 import json
 import os
 import subprocess
 import tarfile
 
 import pytest
-from conftest import REPO, saturate_cmd
+from conftest import REPO, load_module, saturate_cmd
 
 RECORDED = os.path.join(REPO, "tests", "recorded")
 
 
-def load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-suite = load("diagnosis_suite", os.path.join(REPO, "bench", "diagnosis", "run.py"))
+suite = load_module("diagnosis_suite", os.path.join(REPO, "bench", "diagnosis", "run.py"))
 EXPECT = {s.name: s.expect for s in suite.gpu_scenarios.GPU_SCENARIOS}
 RUNS = sorted(glob.glob(os.path.join(RECORDED, "*", "*.tar.xz")))
 
