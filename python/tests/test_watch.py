@@ -115,7 +115,8 @@ def test_tensor_cores_idle_under_autocast_names_the_weights_to_change(tmp_path):
     doctor = subprocess.run(
         saturate_cmd() + ["doctor", "--nvml-library", fake_nvml(), "--interval", "100ms",
                           "--out", str(run), "--", sys.executable, script, "--precision",
-                          "autocast", "--steps", "80", "--log-every", "1000"],
+                          "autocast", "--steps", "12", "--batch-size", "8",
+                          "--log-every", "1000"],
         env=env, capture_output=True, text=True, timeout=180)
     assert doctor.returncode == 0, doctor.stderr
     findings = json.loads((run / "findings.json").read_text())
