@@ -53,6 +53,11 @@ def lost_pct(findings, cause):
     return sum(f["time_lost_pct"] for f in findings["findings"] if f["cause"] == cause)
 
 
+def busy_loops(n):
+    """n processes outside the watched tree, each spinning on a core."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
 @pytest.fixture(scope="module")
 def real_photos(tmp_path_factory):
     """150 ImageNet-like JPEGs (short side 300-500 px), packed: decoding is real work."""
@@ -110,8 +115,7 @@ def test_competing_load_is_cpu_contention(tmp_path, real_photos):
     # 4 runs). With a thread per core the loader's share matched its need, and the wait
     # wandered around doctor's 10% threshold (8.6-26% in 4 runs; 6% in one CI run).
     args = ["--source", "loader", "--data", real_photos, "--batch-size", "16", "--threads", "1"]
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            for _ in range(os.cpu_count())]
+    hogs = busy_loops(os.cpu_count())
     try:
         before, stdout = doctor(tmp_path / "busy", args)
     finally:
@@ -121,6 +125,32 @@ def test_competing_load_is_cpu_contention(tmp_path, real_photos):
     assert top(before)["cause"] == "cpu_contention", stdout
     after, _ = doctor(tmp_path / "quiet", args)
     assert lost_pct(after, "cpu_contention") < lost_pct(before, "cpu_contention"), (before, after)
+
+
+def test_others_slowing_the_steps_themselves_are_cpu_contention(tmp_path):
+    """No data wait at all (batches from memory): the load slows the training
+    compute itself. Doctor reads it from the training process's threads
+    waiting for a CPU (schedstat), which the watcher records."""
+    cores = os.cpu_count()
+    args = ["--source", "memory", "--model", "conv", "--torch-threads", str(cores),
+            "--seconds", "5"]
+    hogs = busy_loops(cores)
+    try:
+        before, stdout = doctor(tmp_path / "busy", args)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    finding = top(before)
+    assert finding["cause"] == "cpu_contention", stdout
+    evidence = {e["key"]: e["value"] for e in finding["evidence"]}
+    # Twice as many runnable threads as cores: training waits about half its ready time.
+    share = evidence["training_runq_wait_cores"] / (
+        evidence["training_runq_wait_cores"] + evidence["training_cpu_cores"])
+    assert 0.25 < share < 0.75, finding
+    after, _ = doctor(tmp_path / "quiet", args)
+    assert lost_pct(after, "cpu_contention") < lost_pct(before, "cpu_contention") / 2, (
+        before, after)
 
 
 def test_fail_on_gates_the_exit_code(tmp_path):

@@ -166,11 +166,18 @@ struct Features {
   std::optional<double> copy_pct;       // of step time (phases named "copy"/"h2d")
 
   // Host.
-  std::optional<double> host_cpu_busy_pct;   // mean, of all cores
-  std::optional<double> host_iowait_pct;     // mean
-  std::optional<double> cpu_pressure_pct;    // mean PSI "some": a runnable task waited for a CPU
-  std::optional<double> tree_cpu_cores;      // mean cores the process tree used
-  std::optional<double> other_cpu_cores;     // mean cores used by everything else
+  std::optional<double> host_cpu_busy_pct;  // mean, of all cores
+  std::optional<double> host_iowait_pct;    // mean
+  std::optional<double> cpu_pressure_pct;   // mean PSI "some": a runnable task waited for a CPU
+  std::optional<double> tree_cpu_cores;     // mean cores the process tree used
+  std::optional<double> other_cpu_cores;    // mean cores used by everything else
+  // Mean threads of the process tree runnable but waiting for a CPU: the
+  // compute the job wanted and did not get (its loader's and training's).
+  std::optional<double> tree_runq_wait_cores;
+  // The same for the training process alone (where the step runs), and the
+  // cores it used over those samples.
+  std::optional<double> training_runq_wait_cores;
+  std::optional<double> training_cpu_cores;
   std::optional<double> mem_headroom_pct;    // min MemAvailable / MemTotal over the run
   std::optional<double> disk_read_mb_per_s;  // mean
 

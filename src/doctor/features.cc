@@ -502,13 +502,38 @@ std::vector<const SamplePoint*> WindowSamples(const Run& run, const Interval& w)
   return out;
 }
 
+// The training process's threads waiting for a CPU, and its cores, over the
+// samples that measured the wait.
+void TrainingRunqWait(const std::vector<const SamplePoint*>& samples, const Training& t,
+                      Features* f) {
+  if (!t.pid) return;
+  double wait = 0, cpu = 0;
+  int n = 0;
+  for (const SamplePoint* s : samples) {
+    for (const SamplePoint::Member& m : s->members) {
+      if (m.pid != *t.pid || !m.runq_wait_cores) continue;
+      wait += *m.runq_wait_cores;
+      cpu += m.cpu_pct / 100.0;
+      ++n;
+    }
+  }
+  if (n == 0) return;
+  f->training_runq_wait_cores = wait / n;
+  f->training_cpu_cores = cpu / n;
+}
+
 void HostFeatures(const Run& run, const Training& t, Features* f) {
   const std::vector<const SamplePoint*> samples = WindowSamples(run, t.window);
   if (samples.empty()) return;
   double busy = 0, iowait = 0, disk = 0, disk_peak = 0, tree = 0, other = 0, pressure = 0;
-  int tree_n = 0, pressure_n = 0;
+  double runq = 0;
+  int tree_n = 0, pressure_n = 0, runq_n = 0;
   for (const SamplePoint* s : samples) {
     busy += s->cpu_busy_pct;
+    if (s->tree_runq_wait_cores) {
+      runq += *s->tree_runq_wait_cores;
+      ++runq_n;
+    }
     if (s->cpu_pressure_pct) {
       pressure += *s->cpu_pressure_pct;
       ++pressure_n;
@@ -526,6 +551,8 @@ void HostFeatures(const Run& run, const Training& t, Features* f) {
   f->host_cpu_busy_pct = busy / n;
   f->host_iowait_pct = iowait / n;
   if (pressure_n > 0) f->cpu_pressure_pct = pressure / pressure_n;
+  if (runq_n > 0) f->tree_runq_wait_cores = runq / runq_n;
+  TrainingRunqWait(samples, t, f);
   f->disk_read_mb_per_s = disk / n / 1e6;
   f->disk_read_peak_mb_per_s = disk_peak / 1e6;
   if (tree_n > 0) {
@@ -1124,6 +1151,9 @@ nlohmann::json Features::ToJson() const {
   Put(j, "host_iowait_pct", host_iowait_pct);
   Put(j, "tree_cpu_cores", tree_cpu_cores);
   Put(j, "other_cpu_cores", other_cpu_cores);
+  Put(j, "tree_runq_wait_cores", tree_runq_wait_cores);
+  Put(j, "training_runq_wait_cores", training_runq_wait_cores);
+  Put(j, "training_cpu_cores", training_cpu_cores);
   Put(j, "mem_headroom_pct", mem_headroom_pct);
   Put(j, "disk_read_mb_per_s", disk_read_mb_per_s);
   Put(j, "disk_read_peak_mb_per_s", disk_read_peak_mb_per_s);

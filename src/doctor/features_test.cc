@@ -131,6 +131,21 @@ TEST(FeaturesTest, HostCoresSplitBetweenTreeAndOthers) {
   EXPECT_NEAR(*f.mem_headroom_pct, 10, 1e-9);
 }
 
+TEST(FeaturesTest, TheTrainingProcesssWaitForACpu) {
+  RunBuilder b;
+  b.Cpus(2).Steps(11, {{"forward", 1}}).Samples([](double t, SamplePoint& s) {
+    s.tree_runq_wait_cores = 1.5;
+    if (t < 3) return;                             // not yet measured
+    s.members = {{RunBuilder::kPid + 1, 90, 0.9},  // a worker
+                 {RunBuilder::kPid, t < 6 ? 100.0 : 140.0, t < 6 ? 0.4 : 0.6}};
+  });
+  Features f = ComputeFeatures(b.Build());
+  EXPECT_NEAR(*f.tree_runq_wait_cores, 1.5, 1e-9);
+  // Samples 3-12 s of the window 1-12 s: 30 at (1.0, 0.4), 60 at (1.4, 0.6) of 90.
+  EXPECT_NEAR(*f.training_runq_wait_cores, (30 * 0.4 + 61 * 0.6) / 91, 0.01);
+  EXPECT_NEAR(*f.training_cpu_cores, (30 * 1.0 + 61 * 1.4) / 91, 0.02);
+}
+
 TEST(FeaturesTest, LoaderCounters) {
   RunBuilder b;
   b.Steps(11, {{"data_wait", 0.5, SpanKind::kLoader}, {"forward", 0.5}})

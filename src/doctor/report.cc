@@ -1108,6 +1108,7 @@ std::string MeasurementsTable(const Features& f) {
   add("host CPU iowait, mean", f.host_iowait_pct, "%");
   add("CPU used by the training process tree", f.tree_cpu_cores, "cores");
   add("CPU used by everything else", f.other_cpu_cores, "cores");
+  add("training threads waiting for a CPU, mean", f.training_runq_wait_cores, "threads");
   add("host memory headroom, minimum", f.mem_headroom_pct, "%");
   add("disk reads, mean", f.disk_read_mb_per_s, "MB/s");
   add("checkpointing on the training thread", f.checkpoint_s, "s");

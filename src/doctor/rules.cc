@@ -24,6 +24,7 @@ constexpr double kCpuIdleishPct = 70;     // host busy below: CPUs are not what 
 constexpr double kReadShare = 0.5;        // read_ns share of loader time: reads dominate
 constexpr double kOtherCoresShare = 0.5;  // of all cores used by other processes
 constexpr double kCpuPressurePct = 10;    // PSI "some": runnable tasks queue for a CPU
+constexpr double kRunqWaitShare = 0.1;    // training's runnable time spent waiting for a CPU
 constexpr double kLowDeviceBusyPct = 60;  // GPU busy below: too little parallel work
 constexpr double kFreeMemoryPct = 50;     // GPU memory used below: room for a larger batch
 constexpr double kTargetBusyPct = 90;     // what a larger batch aims for
@@ -828,9 +829,48 @@ void PredictUncontended(const Features& f, Finding& x, const DataWait& w) {
               false);
 }
 
+// The others' load slowing the training process itself, data wait or not:
+// while they held the cores, its threads were runnable but waited for a CPU
+// (schedstat) a share of the time. With the cores to itself that share runs,
+// so the window shrinks by up to it: all of it when the steps are CPU-bound,
+// at most the GPUs' idle time when a GPU does the math.
+std::optional<Finding> ComputeContention(const Features& f) {
+  if (!Contended(f) || !f.training_runq_wait_cores || !f.training_cpu_cores) return std::nullopt;
+  const double wait = *f.training_runq_wait_cores;
+  const double ran = *f.training_cpu_cores;
+  const double share = wait + ran > 0 ? wait / (wait + ran) : 0;
+  if (share < kRunqWaitShare) return std::nullopt;
+  double lost_s = f.active_s * share;
+  if (std::optional<double> idle_s = GpuIdleS(f)) lost_s = std::min(lost_s, *idle_s);
+  const double other = *f.other_cpu_cores;
+  Finding x = Make(f, "cpu_contention",
+                   Fmt("Other processes used %.1f of %d cores, and training waited for a CPU "
+                       "%.0f%% of the time it was ready to run",
+                       other, f.cpus, 100 * share),
+                   lost_s, 0.6);
+  Add(x, "training_runq_wait_cores", wait, "threads",
+      "the training process's threads ready to run but waiting for a CPU (mean, schedstat)");
+  Add(x, "training_cpu_cores", ran, "cores", "what the training process ran on meanwhile");
+  Add(x, "other_cpu_cores", other, "cores", "mean cores used outside the watched process tree");
+  if (f.cpu_pressure_pct) {
+    Add(x, "cpu_pressure_pct", *f.cpu_pressure_pct, "%",
+        "time a runnable task waited for a CPU (the kernel's pressure stall information)");
+  }
+  x.fix =
+      Fmt("Stop or move the other work taking %.1f cores, or give the job its own cores (a "
+          "cpuset: taskset, cgroups, the scheduler's exclusive allocation).",
+          other);
+  PredictSaving(f, x, lost_s,
+                Fmt("training waited for a CPU %.0f%% of its ready time; with the cores to "
+                    "itself that time runs",
+                    100 * share),
+                true);
+  return x;
+}
+
 std::optional<Finding> CpuContentionRule(const Features& f, const AnalysisOptions&) {
   std::optional<DataWait> w = FindDataWait(f);
-  if (!w || ClassifyDataWait(f) != DataCause::kContention) return std::nullopt;
+  if (!w || ClassifyDataWait(f) != DataCause::kContention) return ComputeContention(f);
   const double other = *f.other_cpu_cores;
   Finding x = Make(
       f, "cpu_contention",

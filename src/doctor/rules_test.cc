@@ -295,6 +295,66 @@ TEST(RulesTest, OthersOnIdleCoresWithoutCpuPressureAreNotContention) {
   EXPECT_EQ(queued.findings[0].cause, "cpu_contention") << Describe(queued.findings);
 }
 
+// CPU training fed from memory (no data wait) on 2 cores while other
+// processes run: the training process's threads wait for a CPU `wait_cores`
+// on average and run on `ran_cores`.
+Analysis CpuTrainingBesideOthers(double others_cores, double ran_cores, double wait_cores) {
+  RunBuilder b;
+  b.Cpus(2)
+      .Steps(40, {{"forward", 0.1}, {"backward", 0.2}, {"optimizer", 0.01}})
+      .Samples([=](double, SamplePoint& s) {
+        s.cpu_busy_pct = 100 * std::min(2.0, others_cores + ran_cores) / 2;
+        s.tree_cpu_pct = 100 * ran_cores;
+        s.cpu_pressure_pct = wait_cores > 0.2 ? 60 : 2;
+        s.tree_runq_wait_cores = wait_cores;
+        s.members = {{RunBuilder::kPid, 100 * ran_cores, wait_cores}};
+      });
+  return Analyze(b.Build());
+}
+
+TEST(RulesTest, OthersSlowingTheStepsThemselvesAreCpuContention) {
+  // Two busy processes share the 2 cores with the job's 2 threads: each
+  // thread runs half the time and waits half.
+  const Analysis a = CpuTrainingBesideOthers(1.0, 1.0, 1.0);
+  ASSERT_FALSE(a.findings.empty());
+  const Finding& top = a.findings[0];
+  EXPECT_EQ(top.cause, "cpu_contention") << Describe(a.findings);
+  EXPECT_NE(top.title.find("waited for a CPU 50%"), std::string::npos) << top.title;
+  EXPECT_NEAR(top.time_lost_s, 0.5 * 40 * 0.31, 0.2);
+  ASSERT_TRUE(top.prediction.has_value());
+  EXPECT_TRUE(top.prediction->upper_bound);
+  EXPECT_NEAR(top.prediction->speedup, 2.0, 0.05);
+  EXPECT_NE(top.fix.find("own cores"), std::string::npos) << top.fix;
+}
+
+TEST(RulesTest, ARunqWaitWithoutOthersOrBelowTheShareIsNoContention) {
+  // The job alone, its threads waiting on each other (it oversubscribes
+  // itself): not others' doing.
+  EXPECT_EQ(Find(CpuTrainingBesideOthers(0.0, 2.0, 1.0).findings, "cpu_contention"), nullptr);
+  // Others busy, but training waited 5% of its ready time.
+  EXPECT_EQ(Find(CpuTrainingBesideOthers(1.5, 1.9, 0.1).findings, "cpu_contention"), nullptr);
+}
+
+TEST(RulesTest, ContentionOfAGpuJobCostsAtMostTheGpusIdleTime) {
+  // The training thread waits for a CPU half its ready time, but the GPU
+  // stays 95% busy: the host is not what the steps wait for.
+  RunBuilder b;
+  b.Cpus(2)
+      .Gpus(1)
+      .Steps(40, {{"forward", 0.1}, {"backward", 0.2}})
+      .Samples([](double, SamplePoint& s) {
+        s.cpu_busy_pct = 100;
+        s.tree_cpu_pct = 50;
+        s.cpu_pressure_pct = 60;
+        s.members = {{RunBuilder::kPid, 50, 0.5}};
+        s.gpus[0].util_pct = 95;
+      });
+  const Analysis a = Analyze(b.Build());
+  const Finding* x = Find(a.findings, "cpu_contention");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  EXPECT_LE(x->time_lost_s, 0.05 * 40 * 0.3 + 0.1) << Describe(a.findings);
+}
+
 TEST(RulesTest, ParallelismOnAGpuSuggestsABatchThatFits) {
   RunBuilder b;
   b.Gpus(1)

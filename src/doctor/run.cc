@@ -142,6 +142,14 @@ Status ParseSample(const json& j, SamplePoint* s) {
   if (const json* tree = Obj(j, "tree")) {
     s->tree_cpu_pct = Num(*tree, "cpu_pct");
     s->tree_rss_bytes = Bytes(*tree, "rss_bytes");
+    s->tree_runq_wait_cores = Num(*tree, "runq_wait_cores");
+    if (auto it = tree->find("members"); it != tree->end() && it->is_array()) {
+      for (const json& m : *it) {
+        std::optional<int64_t> pid = m.is_object() ? Int(m, "pid") : std::nullopt;
+        if (!pid) continue;
+        s->members.push_back({int(*pid), Num(m, "cpu_pct").value_or(0), Num(m, "runq_wait_cores")});
+      }
+    }
   }
   if (auto it = j.find("gpus"); it != j.end() && it->is_array()) {
     for (const json& g : *it) {

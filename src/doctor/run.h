@@ -52,6 +52,13 @@ struct SamplePoint {
   // The watched process tree; empty when none was watched.
   std::optional<double> tree_cpu_pct;  // 100 = one core
   std::optional<uint64_t> tree_rss_bytes;
+  std::optional<double> tree_runq_wait_cores;  // its threads waiting for a CPU (mean)
+  struct Member {
+    int pid = 0;
+    double cpu_pct = 0;
+    std::optional<double> runq_wait_cores;
+  };
+  std::vector<Member> members;  // the tree's processes
   std::vector<GpuPoint> gpus;
 };
 

@@ -331,6 +331,39 @@ Result<ProcessStat> ReadProcess(const std::string& proc_root, int pid) {
   return p;
 }
 
+Result<SchedStat> ParseSchedStat(std::string_view text, std::string_view source) {
+  const std::vector<std::string_view> f = Fields(text);
+  SchedStat s;
+  if (f.size() < 2 || !ParseNumber(f[0], &s.run_ns) || !ParseNumber(f[1], &s.runq_wait_ns)) {
+    return Status::Corruption(std::string(source) +
+                              ": expected '<run ns> <runqueue wait ns> <timeslices>', got '" +
+                              std::string(text.substr(0, 80)) + "'");
+  }
+  return s;
+}
+
+ThreadWaits ReadThreadRunqWaits(const std::string& proc_root, int pid) {
+  ThreadWaits waits;
+  std::error_code ec;
+  const std::string tasks = proc_root + "/" + std::to_string(pid) + "/task";
+  for (const auto& entry : std::filesystem::directory_iterator(tasks, ec)) {
+    int64_t tid = 0;
+    if (!ParseNumber(entry.path().filename().string(), &tid)) continue;
+    Result<SchedStat> s = ReadParsed(entry.path().string() + "/schedstat", ParseSchedStat);
+    if (s.ok()) waits[tid] = s->runq_wait_ns;
+  }
+  return waits;
+}
+
+uint64_t RunqWaitGrowthNs(const ThreadWaits& before, const ThreadWaits& after) {
+  uint64_t growth = 0;
+  for (const auto& [tid, wait_ns] : after) {
+    auto prev = before.find(tid);
+    growth += prev == before.end() ? wait_ns : Delta(prev->second, wait_ns);
+  }
+  return growth;
+}
+
 std::vector<int> ParseChildren(std::string_view text) {
   std::vector<int> pids;
   size_t i = 0;

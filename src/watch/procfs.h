@@ -20,6 +20,7 @@
 #define SATURATE_WATCH_PROCFS_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -157,6 +158,31 @@ struct ProcessTreeCounters {
 
 ProcessTreeCounters SumProcesses(std::span<const ProcessStat> processes, int64_t page_size_bytes);
 
+// ---- /proc/<pid>/task/<tid>/schedstat ----------------------------------------
+
+// One thread's scheduler times (CONFIG_SCHED_INFO): time on a CPU, and time
+// runnable on a runqueue waiting for one. The second is CPU contention as the
+// thread felt it, whoever caused it.
+struct SchedStat {
+  uint64_t run_ns = 0;
+  uint64_t runq_wait_ns = 0;
+};
+
+// Needs the first two of the file's three numbers.
+Result<SchedStat> ParseSchedStat(std::string_view text,
+                                 std::string_view source = "/proc/<pid>/task/<tid>/schedstat");
+
+// Each thread's runq_wait_ns, by tid, over every thread of process `pid`.
+// Threads that exit while being read are left out; empty when the process
+// exited, or the kernel has no schedstat files.
+using ThreadWaits = std::unordered_map<int64_t, uint64_t>;
+ThreadWaits ReadThreadRunqWaits(const std::string& proc_root, int pid);
+
+// How much the threads' summed wait grew from `before` to `after`: a thread
+// in both adds its increase, a thread only in `after` (born since) its whole
+// wait; a thread that exited in between loses its last stretch.
+uint64_t RunqWaitGrowthNs(const ThreadWaits& before, const ThreadWaits& after);
+
 // ---- readers (live files) ---------------------------------------------------
 
 struct HostCounters {
@@ -244,6 +270,9 @@ struct ProcessTreeRates {
   int64_t processes = 0;   // from `after`
   uint64_t rss_bytes = 0;  // from `after`
   int64_t threads = 0;     // from `after`
+  // Mean threads of the tree runnable but waiting for a CPU (schedstat), over
+  // the last second or so; set by the watcher, which reads it less often.
+  std::optional<double> runq_wait_cores;
 };
 
 ProcessTreeRates ComputeProcessTreeRates(const ProcessTreeCounters& before,

@@ -1,11 +1,13 @@
 #include "watch/procfs.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <filesystem>
@@ -465,6 +467,39 @@ TEST(ComputeProcessTreeRates, PercentOfOneCore) {
   EXPECT_DOUBLE_EQ(ComputeProcessTreeRates(after, after, 100).cpu_pct, 0);   // no time
 }
 
+TEST(ParseSchedStat, RunAndWait) {
+  SATURATE_ASSERT_OK_AND_ASSIGN(SchedStat s, ParseSchedStat("157448101 11941534 539\n"));
+  EXPECT_EQ(s.run_ns, 157448101u);
+  EXPECT_EQ(s.runq_wait_ns, 11941534u);
+  EXPECT_TRUE(HasError(ParseSchedStat("157448101\n", "/proc/7/task/9/schedstat").status(),
+                       StatusCode::kCorruption, {"/proc/7/task/9/schedstat", "157448101"}));
+  EXPECT_TRUE(HasError(ParseSchedStat("1 -2 3").status(), StatusCode::kCorruption, {"-2"}));
+}
+
+TEST(RunqWaitGrowthNs, IncreasesNewThreadsAndExitedOnes) {
+  const ThreadWaits before{{10, 1000}, {11, 500}, {12, 70}};
+  const ThreadWaits after{{10, 1600}, {11, 400}, {13, 50}};  // 11 went backwards, 12 exited
+  EXPECT_EQ(RunqWaitGrowthNs(before, after), 600u + 0u + 50u);
+  EXPECT_EQ(RunqWaitGrowthNs(after, after), 0u);
+}
+
+TEST(ReadThreadRunqWaits, EveryThreadOfEachProcess) {
+  TempDir root;
+  for (const auto& [task, text] :
+       std::initializer_list<std::pair<std::string, std::string>>{{"12/task/12", "5 100 1\n"},
+                                                                  {"12/task/14", "6 200 1\n"},
+                                                                  {"12/task/junk", "7 300 1\n"},
+                                                                  {"20/task/20", "8 400 1\n"},
+                                                                  {"21/task/21", "bad"}}) {
+    std::filesystem::create_directories(root.path() + "/" + task);
+    SATURATE_ASSERT_OK(WriteFileAtomic(root.path() + "/" + task + "/schedstat", text));
+  }
+  EXPECT_EQ(ReadThreadRunqWaits(root.path(), 12), (ThreadWaits{{12, 100}, {14, 200}}));
+  EXPECT_EQ(ReadThreadRunqWaits(root.path(), 20), (ThreadWaits{{20, 400}}));
+  EXPECT_TRUE(ReadThreadRunqWaits(root.path(), 21).empty());  // unreadable
+  EXPECT_TRUE(ReadThreadRunqWaits(root.path(), 99).empty());  // gone
+}
+
 // ---- the live /proc ---------------------------------------------------------
 
 TEST(Live, HostCounters) {
@@ -495,6 +530,38 @@ TEST(Live, OwnProcess) {
   EXPECT_GE(self.num_threads, 1);
   SATURATE_ASSERT_OK_AND_ASSIGN(std::vector<ProcessStat> all, ListProcesses());
   EXPECT_EQ(Pids(Descendants(all, ::getpid())).front(), ::getpid());
+}
+
+// Two threads that want a CPU each, on one CPU: each waits on the runqueue
+// about half the time, and the reader sees it.
+TEST(Live, ThreadsSharingOneCpuWaitForIt) {
+  if (ReadThreadRunqWaits("/proc", ::getpid()).empty()) {
+    GTEST_SKIP() << "this kernel has no /proc/<pid>/task/<tid>/schedstat (CONFIG_SCHED_INFO)";
+  }
+  cpu_set_t saved, one;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(saved), &saved), 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &saved)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  }
+  const ThreadWaits before = ReadThreadRunqWaits("/proc", ::getpid());
+  std::atomic<bool> stop{false};
+  auto spin = [&] {
+    ::sched_setaffinity(0, sizeof(one), &one);  // this thread only
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  };
+  std::thread a(spin), b(spin);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const ThreadWaits after = ReadThreadRunqWaits("/proc", ::getpid());  // while both still run
+  stop = true;
+  a.join();
+  b.join();
+  const uint64_t waited_ns = RunqWaitGrowthNs(before, after);
+  EXPECT_GE(waited_ns, 100'000'000u) << "two spinning threads on one CPU for 300 ms";
 }
 
 // Kills a process group and reaps its leader, even when an assertion fails.

@@ -248,12 +248,14 @@ json SnapshotJson(const Snapshot& s) {
                          {"cpu_pct", p.cpu_pct},
                          {"rss_bytes", p.rss_bytes},
                          {"threads", p.threads}});
+      if (p.runq_wait_cores) members.back()["runq_wait_cores"] = *p.runq_wait_cores;
     }
     j["tree"] = {{"processes", s.tree->processes},
                  {"cpu_pct", s.tree->cpu_pct},
                  {"rss_bytes", s.tree->rss_bytes},
                  {"threads", s.tree->threads},
                  {"members", std::move(members)}};
+    if (s.tree->runq_wait_cores) j["tree"]["runq_wait_cores"] = *s.tree->runq_wait_cores;
   }
   json gpus = json::array();
   for (const GpuSample& g : s.gpus) gpus.push_back(GpuJson(g));
@@ -366,6 +368,11 @@ std::string SnapshotPrometheus(const Snapshot& s, const std::vector<GpuDeviceInf
                double(s.tree->threads));
     host_gauge("saturate_process_tree_processes", "Processes in the watched process tree.",
                double(s.tree->processes));
+    if (s.tree->runq_wait_cores) {
+      host_gauge("saturate_process_tree_runq_wait_cores",
+                 "Threads of the watched process tree runnable but waiting for a CPU (mean).",
+                 *s.tree->runq_wait_cores);
+    }
   }
   page.Family("saturate_watch_samples_total", "counter", "Samples taken by saturate watch.");
   page.Sample(host, double(samples));

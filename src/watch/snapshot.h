@@ -26,6 +26,7 @@ struct ProcessRow {
   double cpu_pct = 0;  // of one core
   uint64_t rss_bytes = 0;
   int64_t threads = 0;
+  std::optional<double> runq_wait_cores;  // its threads waiting for a CPU (mean)
 };
 
 struct Snapshot {

@@ -255,6 +255,35 @@ class Watcher::Impl {
     return rows;
   }
 
+  // The threads waiting for a CPU, per member and for the tree, as rates
+  // since the last read of every thread's schedstat. Those reads list each
+  // member's threads, so they run once per kRescanNs, not at every sample;
+  // the values hold in between.
+  void AddRunqWaits(int64_t now_ns, Snapshot* s) {
+    if (now_ns - waits_ns_ >= kRescanNs) {
+      const double elapsed_ns = double(now_ns - waits_ns_);
+      std::unordered_map<int, ThreadWaits> waits;
+      uint64_t tree_ns = 0;
+      member_runq_wait_cores_.clear();
+      for (const ProcessStat& p : members_) {
+        ThreadWaits& now = waits[p.pid] = ReadThreadRunqWaits(options_.proc_root, p.pid);
+        auto prev = waits_.find(p.pid);
+        const uint64_t grew_ns =
+            RunqWaitGrowthNs(prev == waits_.end() ? ThreadWaits{} : prev->second, now);
+        tree_ns += grew_ns;  // a member new since the last read: all its wait is new
+        if (prev != waits_.end()) member_runq_wait_cores_[p.pid] = double(grew_ns) / elapsed_ns;
+      }
+      if (!waits_.empty()) runq_wait_cores_ = double(tree_ns) / elapsed_ns;
+      waits_ = std::move(waits);
+      waits_ns_ = now_ns;
+    }
+    s->tree->runq_wait_cores = runq_wait_cores_;
+    for (ProcessRow& row : s->processes) {
+      auto it = member_runq_wait_cores_.find(row.pid);
+      if (it != member_runq_wait_cores_.end()) row.runq_wait_cores = it->second;
+    }
+  }
+
   void SampleOnce() {
     const int64_t now_ns = MonotonicNowNs();
     Snapshot s;
@@ -274,6 +303,7 @@ class Watcher::Impl {
       if (tree && prev_tree_) {
         s.tree = ComputeProcessTreeRates(*prev_tree_, *tree, clock_ticks_);
         s.processes = Rows(s.tree->elapsed_s);
+        AddRunqWaits(now_ns, &s);
       }
       prev_tree_ = tree;
     }
@@ -323,6 +353,10 @@ class Watcher::Impl {
   std::vector<ProcessStat> members_;
   std::optional<ProcessTreeCounters> prev_tree_;
   std::unordered_map<int, uint64_t> prev_ticks_;
+  std::unordered_map<int, ThreadWaits> waits_;  // the last schedstat read, by member
+  int64_t waits_ns_ = 0;
+  std::optional<double> runq_wait_cores_;
+  std::unordered_map<int, double> member_runq_wait_cores_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

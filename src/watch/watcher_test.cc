@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -97,6 +99,47 @@ TEST(WatcherTest, AShortLivedChildJoinsTheTreeBeforeTheNextRescan) {
     for (const json& m : s["tree"]["members"]) seen = seen || m["pid"] == child;
   }
   EXPECT_TRUE(seen) << "the child was not in the tree within 200 ms";
+}
+
+// Two threads of the watched process spinning on one CPU: about one of them
+// waits for it at any time, and the samples say so once two schedstat reads
+// (a second apart) are in.
+TEST(WatcherTest, ThreadsWaitingForACpuAreCounted) {
+  if (!std::filesystem::exists("/proc/self/task/" + std::to_string(getpid()) + "/schedstat")) {
+    GTEST_SKIP() << "this kernel has no /proc/<pid>/task/<tid>/schedstat (CONFIG_SCHED_INFO)";
+  }
+  cpu_set_t allowed, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  }
+  testing::TempDir dir;
+  const std::string run = dir.path() + "/run";
+  WatchOptions o = FakeGpuOptions(run);
+  o.interval_ns = 100'000'000;
+  SATURATE_ASSERT_OK_AND_ASSIGN(auto w, Watcher::Start(o));
+  std::atomic<bool> stop{false};
+  auto spin = [&] {
+    sched_setaffinity(0, sizeof(one), &one);  // this thread only
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  };
+  std::thread a(spin), b(spin);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2300));
+  const Status stopped = w->Stop(0);
+  stop = true;
+  a.join();
+  b.join();
+  SATURATE_ASSERT_OK(stopped);
+  const json last = ReadLines(run + "/samples.jsonl").back();
+  ASSERT_TRUE(last["tree"].contains("runq_wait_cores")) << last["tree"].dump();
+  EXPECT_GT(last["tree"]["runq_wait_cores"].get<double>(), 0.5) << last["tree"].dump();
+  EXPECT_GT(last["tree"]["members"][0]["runq_wait_cores"].get<double>(), 0.5);
+  EXPECT_NE(w->PrometheusText().find("saturate_process_tree_runq_wait_cores"), std::string::npos);
 }
 
 TEST(WatcherTest, PrometheusPageFollowsDcgmExporterNames) {
