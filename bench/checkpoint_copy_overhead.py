@@ -2,7 +2,9 @@
 point 4): the two ways to make the destination view (a ctypes buffer + torch.frombuffer per
 tensor, as saturate.checkpoint's device staging does, or a slice of one view of the pool) and
 the two ways to issue the copies (copy_ per tensor, or one torch._foreach_copy_). Host tensors
-of 16 bytes, so the copies' bytes cost nothing and what is left is the per-tensor work.
+of 16 bytes, so the copies' bytes cost nothing and what is left is the per-tensor work. Also
+the flattening of a state shaped like model.state_dict() + an SGD optimizer's state_dict()
+(a tensor per parameter and per momentum buffer, param_groups listing the parameter ids).
 
 usage: python bench/checkpoint_copy_overhead.py [TENSORS]   (default 481: ResNet-50's state
 with SGD momentum); needs torch >= 2.1 for _foreach_copy_ and saturate on PYTHONPATH.
@@ -25,6 +27,16 @@ def best_us(fn, n, repeats=20):
         fn()
         times.append(time.perf_counter() - t)
     return min(times) * 1e6 / n
+
+
+def model_and_optimizer_state(n):
+    """n tensors as {"model": state_dict, "optimizer": SGD's state_dict} hold them."""
+    params = n // 2
+    model = {f"layer{i}.weight": torch.ones(4) for i in range(n - params)}
+    optimizer = {"state": {i: {"momentum_buffer": torch.ones(4)} for i in range(params)},
+                 "param_groups": [{"params": list(range(params)), "lr": 0.1, "momentum": 0.9,
+                                   "dampening": 0, "weight_decay": 1e-4, "nesterov": False}]}
+    return {"model": model, "optimizer": optimizer, "step": 1000}
 
 
 def main():
@@ -53,6 +65,9 @@ def main():
                 a.copy_(b)
 
         print(f"torch {torch.__version__}, {n} tensors of 16 bytes; microseconds per tensor")
+        state = model_and_optimizer_state(n)
+        print(f"  flatten a model + optimizer state:     "
+              f"{best_us(lambda: cp._flatten(state), n):.2f}")
         print(f"  destination view, ctypes + frombuffer: {best_us(views_per_tensor, n):.2f}")
         print(f"  destination view, slice of one view:   {best_us(views_sliced, n):.2f}")
         print(f"  copy_ per tensor:                      {best_us(copy_each, n):.2f}")

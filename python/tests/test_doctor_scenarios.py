@@ -6,6 +6,7 @@ These run real work on the machine's cores (a few seconds each), so they
 assert the cause and the direction of the change, not exact numbers.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -53,9 +54,16 @@ def lost_pct(findings, cause):
     return sum(f["time_lost_pct"] for f in findings["findings"] if f["cause"] == cause)
 
 
+@contextlib.contextmanager
 def busy_loops(n):
-    """n processes outside the watched tree, each spinning on a core."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    """n processes outside the watched tree, each spinning on a core, while the block runs."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
 
 
 @pytest.fixture(scope="module")
@@ -115,13 +123,8 @@ def test_competing_load_is_cpu_contention(tmp_path, real_photos):
     # 4 runs). With a thread per core the loader's share matched its need, and the wait
     # wandered around doctor's 10% threshold (8.6-26% in 4 runs; 6% in one CI run).
     args = ["--source", "loader", "--data", real_photos, "--batch-size", "16", "--threads", "1"]
-    hogs = busy_loops(os.cpu_count())
-    try:
+    with busy_loops(os.cpu_count()):
         before, stdout = doctor(tmp_path / "busy", args)
-    finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
     assert top(before)["cause"] == "cpu_contention", stdout
     after, _ = doctor(tmp_path / "quiet", args)
     assert lost_pct(after, "cpu_contention") < lost_pct(before, "cpu_contention"), (before, after)
@@ -134,13 +137,8 @@ def test_others_slowing_the_steps_themselves_are_cpu_contention(tmp_path):
     cores = os.cpu_count()
     args = ["--source", "memory", "--model", "conv", "--torch-threads", str(cores),
             "--seconds", "5"]
-    hogs = busy_loops(cores)
-    try:
+    with busy_loops(cores):
         before, stdout = doctor(tmp_path / "busy", args)
-    finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
     finding = top(before)
     assert finding["cause"] == "cpu_contention", stdout
     evidence = {e["key"]: e["value"] for e in finding["evidence"]}

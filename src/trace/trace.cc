@@ -302,8 +302,10 @@ class Recorder {
   int file_pid_ = 0;
   std::unique_ptr<std::thread> writer_;
   bool stop_writer_ = false;
-  Status write_error_;  // the writer's first failure since the last Flush()
-  std::string out_;     // formatting scratch
+  bool writer_running_ = false;      // the writer reached its loop
+  std::condition_variable started_;  // the writer: running
+  Status write_error_;               // the writer's first failure since the last Flush()
+  std::string out_;                  // formatting scratch
   bool hooks_installed_ = false;
 };
 
@@ -477,11 +479,14 @@ void Recorder::CloseLocked() {
 void Recorder::StartWriterLocked() {
   if (writer_) return;
   stop_writer_ = false;
+  writer_running_ = false;
   writer_ = std::make_unique<std::thread>([this] { WriterLoop(); });
 }
 
 void Recorder::WriterLoop() {
   std::unique_lock<std::mutex> lock(mu_);
+  writer_running_ = true;
+  started_.notify_all();
   while (true) {
     wake_.wait_for(lock, kWriteInterval, [&] { return stop_writer_; });
     if (stop_writer_) return;
@@ -578,7 +583,13 @@ std::string Recorder::RunDir() {
 
 void Recorder::BeforeFork() {
   control_mu_.lock();
-  mu_.lock();
+  std::unique_lock<std::mutex> lock(mu_);
+  // A writer still starting may be inside the thread start-up of the C
+  // library or of a sanitizer runtime, holding an allocator lock that the
+  // child would inherit locked: its own writer then never starts (seen with
+  // ASan when fork() came right after Start()).
+  started_.wait(lock, [&] { return !writer_ || writer_running_; });
+  (void)lock.release();  // held across fork(); the after-fork handlers unlock it
 }
 
 void Recorder::AfterForkParent() {
@@ -600,6 +611,7 @@ void Recorder::AfterForkChild(ThreadBuffer* forking_thread_buffer) {
   CloseLocked();
   (void)writer_.release();  // the thread did not survive fork(); its handle is void
   stop_writer_ = false;
+  writer_running_ = false;
   write_error_ = Status::OK();
   if (state.load() == kOn) state.store(kForked);
   mu_.unlock();
