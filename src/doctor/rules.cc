@@ -829,6 +829,23 @@ void PredictUncontended(const Features& f, Finding& x, const DataWait& w) {
               false);
 }
 
+// What both kinds of contention show about the others, and the fix they share.
+void AddOthersEvidence(const Features& f, Finding& x) {
+  Add(x, "other_cpu_cores", *f.other_cpu_cores, "cores",
+      "mean cores used outside the watched process tree");
+  if (f.cpu_pressure_pct) {
+    Add(x, "cpu_pressure_pct", *f.cpu_pressure_pct, "%",
+        "time a runnable task waited for a CPU (the kernel's pressure stall information)");
+  }
+}
+
+std::string ContentionFix(const Features& f) {
+  return Fmt(
+      "Stop or move the other work taking %.1f cores, or give the job its own cores (a cpuset: "
+      "taskset, cgroups, the scheduler's exclusive allocation).",
+      *f.other_cpu_cores);
+}
+
 // The others' load slowing the training process itself, data wait or not:
 // while they held the cores, its threads were runnable but waited for a CPU
 // (schedstat) a share of the time. With the cores to itself that share runs,
@@ -842,24 +859,16 @@ std::optional<Finding> ComputeContention(const Features& f) {
   if (share < kRunqWaitShare) return std::nullopt;
   double lost_s = f.active_s * share;
   if (std::optional<double> idle_s = GpuIdleS(f)) lost_s = std::min(lost_s, *idle_s);
-  const double other = *f.other_cpu_cores;
   Finding x = Make(f, "cpu_contention",
                    Fmt("Other processes used %.1f of %d cores, and training waited for a CPU "
                        "%.0f%% of the time it was ready to run",
-                       other, f.cpus, 100 * share),
+                       *f.other_cpu_cores, f.cpus, 100 * share),
                    lost_s, 0.6);
   Add(x, "training_runq_wait_cores", wait, "threads",
       "the training process's threads ready to run but waiting for a CPU (mean, schedstat)");
   Add(x, "training_cpu_cores", ran, "cores", "what the training process ran on meanwhile");
-  Add(x, "other_cpu_cores", other, "cores", "mean cores used outside the watched process tree");
-  if (f.cpu_pressure_pct) {
-    Add(x, "cpu_pressure_pct", *f.cpu_pressure_pct, "%",
-        "time a runnable task waited for a CPU (the kernel's pressure stall information)");
-  }
-  x.fix =
-      Fmt("Stop or move the other work taking %.1f cores, or give the job its own cores (a "
-          "cpuset: taskset, cgroups, the scheduler's exclusive allocation).",
-          other);
+  AddOthersEvidence(f, x);
+  x.fix = ContentionFix(f);
   PredictSaving(f, x, lost_s,
                 Fmt("training waited for a CPU %.0f%% of its ready time; with the cores to "
                     "itself that time runs",
@@ -877,16 +886,9 @@ std::optional<Finding> CpuContentionRule(const Features& f, const AnalysisOption
       Fmt("Other processes used %.1f of %d cores while training waited for data", other, f.cpus),
       w->lost_s, 0.7);
   AddDataWaitEvidence(x, f, *w);
-  Add(x, "other_cpu_cores", other, "cores", "mean cores used outside the watched process tree");
+  AddOthersEvidence(f, x);
   if (f.tree_cpu_cores) Add(x, "tree_cpu_cores", *f.tree_cpu_cores, "cores", "the job's own");
-  if (f.cpu_pressure_pct) {
-    Add(x, "cpu_pressure_pct", *f.cpu_pressure_pct, "%",
-        "time a runnable task waited for a CPU (the kernel's pressure stall information)");
-  }
-  std::string fix =
-      Fmt("Stop or move the other work taking %.1f cores, or give the job its own cores (a cpuset: "
-          "taskset, cgroups, the scheduler's exclusive allocation).",
-          other);
+  std::string fix = ContentionFix(f);
   if (f.loader_threads) {
     // What is left for the loader once the others and the training compute run.
     const double fit = std::max(1.0, std::floor(f.cpus - other - ComputeCores(f)));
