@@ -99,16 +99,27 @@ def _is_array(obj) -> bool:
     return isinstance(obj, np.ndarray) and not obj.dtype.hasobject
 
 
-def _tensor_names(state, prefix: str = "", out: Optional[Dict[int, str]] = None) -> Dict[int, str]:
-    """id(tensor) -> a path in the structure ("model/fc.weight"), for the manifest."""
+def _tensor_kind(obj) -> Optional[str]:
+    """"torch" or "numpy" for what a checkpoint stores as a tensor, else None."""
+    if _is_torch_tensor(obj):
+        return "torch"
+    return "numpy" if _is_array(obj) else None
+
+
+def _tensor_names(state, prefix: str = "",
+                  out: Optional[Dict[int, Tuple[str, str]]] = None) -> Dict[int, Tuple[str, str]]:
+    """id(tensor) -> (a path in the structure ("model/fc.weight"), its kind),
+    for the manifest; tensors the walk finds need no second type check."""
     out = {} if out is None else out
     if isinstance(state, dict):
         items = state.items()
     elif isinstance(state, (list, tuple)):
         items = enumerate(state)
     else:
-        if (_is_torch_tensor(state) or _is_array(state)) and id(state) not in out:
-            out[id(state)] = prefix or "tensor"
+        if type(state) not in _PLAIN_TYPES and id(state) not in out:
+            kind = _tensor_kind(state)
+            if kind is not None:
+                out[id(state)] = (prefix or "tensor", kind)
         return out
     for key, value in items:
         _tensor_names(value, f"{prefix}/{key}" if prefix else str(key), out)
@@ -118,6 +129,22 @@ def _tensor_names(state, prefix: str = "", out: Optional[Dict[int, str]] = None)
 # Exact types that are never tensors or arrays (subclasses take the full check).
 _PLAIN_TYPES = frozenset({int, float, bool, str, bytes, type(None), dict, list, tuple,
                           collections.OrderedDict})
+_DTYPE_NAMES: Dict[Any, str] = {}  # torch.float32 -> "float32"
+
+
+def _dtype_name(dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
+def _is_parameter(obj, torch) -> bool:
+    """isinstance(obj, nn.Parameter) without its metaclass' slow check for the
+    plain tensors a state_dict holds."""
+    if type(obj) is torch.Tensor:
+        return bool(getattr(obj, "_is_param", False))
+    return isinstance(obj, torch.nn.Parameter)
 
 
 class _Flattener(pickle.Pickler):
@@ -125,7 +152,7 @@ class _Flattener(pickle.Pickler):
     tensors (host buffers ready for the engine) are collected on the side. A
     tensor reachable twice is saved once and comes back as one object."""
 
-    def __init__(self, file, names: Dict[int, str]):
+    def __init__(self, file, names: Dict[int, Tuple[str, str]]):
         super().__init__(file, protocol=4)
         self.names = names
         self.specs: List[tuple] = []  # (name, ptr, bytes, dtype, shape, device) for the engine
@@ -137,22 +164,20 @@ class _Flattener(pickle.Pickler):
     def persistent_id(self, obj):
         if type(obj) in _PLAIN_TYPES:  # most of what a state holds; the checks below cost more
             return None
-        if _is_torch_tensor(obj):
-            kind = "torch"
-        elif _is_array(obj):
-            kind = "numpy"
-        else:
-            return None
         pid = self._seen.get(id(obj))
-        if pid is None:
-            pid = self._add(obj, kind)
-            self._seen[id(obj)] = pid
-            self.keep.append(obj)  # id() stays unique while obj is alive
+        if pid is not None:
+            return pid
+        named = self.names.get(id(obj))
+        name, kind = named if named is not None else (None, _tensor_kind(obj))
+        if kind is None:
+            return None
+        pid = self._seen[id(obj)] = self._add(obj, kind, name)
+        self.keep.append(obj)  # id() stays unique while obj is alive
         return pid
 
-    def _add(self, obj, kind: str) -> tuple:
+    def _add(self, obj, kind: str, name: Optional[str]) -> tuple:
         index = len(self.specs)
-        name = self.names.get(id(obj), f"tensor{index}")
+        name = name or f"tensor{index}"
         if kind == "numpy":
             a = np.ascontiguousarray(obj)
             self.keep.append(a)
@@ -167,15 +192,16 @@ class _Flattener(pickle.Pickler):
             t = t.resolve_neg()
         t = t.contiguous()
         nbytes = t.numel() * t.element_size()
-        dtype = str(t.dtype).replace("torch.", "")
-        parameter = isinstance(obj, torch.nn.Parameter)
+        parameter = _is_parameter(obj, torch)
         extra = {"parameter": parameter, "requires_grad": bool(parameter and obj.requires_grad)}
-        if t.device.type == "cuda":
+        device = t.device
+        if device.type == "cuda":
             self.cuda.append((index, t))
-            self.specs.append((name, 0, nbytes, dtype, list(t.shape), str(t.device)))
+            self.specs.append((name, 0, nbytes, _dtype_name(t.dtype), list(t.shape), str(device)))
         else:
             self.keep.append(t)
-            self.specs.append((name, t.data_ptr(), nbytes, dtype, list(t.shape), "cpu"))
+            self.specs.append((name, t.data_ptr(), nbytes, _dtype_name(t.dtype), list(t.shape),
+                               "cpu"))
         self.sources.append(t)
         return (_TAG, index, "torch", t.dtype, extra)
 
@@ -361,18 +387,93 @@ class _DeviceStaging:
         if not batch:
             return None
         torch = _torch()
-        for index, t in batch:
-            nbytes = t.numel() * t.element_size()
-            if nbytes == 0:
-                continue
-            host = (ctypes.c_uint8 * nbytes).from_address(pending.destination(index))
-            dst = torch.frombuffer(host, dtype=torch.uint8)
-            dst.copy_(t.reshape(-1).view(torch.uint8), non_blocking=True)
-            if record_sources:
-                t.record_stream(self.stream)
+        record = (lambda t: t.record_stream(self.stream)) if record_sources else None
+        _copy_into_pool(pending, batch, record)
         done = torch.cuda.Event()
         done.record(self.stream)
         return done
+
+
+# Device->host copies go one per run of tensors that lie next to each other in
+# the pool: the run is gathered on the device into one buffer laid out as the
+# pool lays it out (a torch.cat of byte views, zeros in the padding), and that
+# buffer is copied in one transfer. A copy_ per tensor costs the host tens of
+# microseconds on a GPU (dispatch, the page-locked check, the copy's event),
+# which made the save of a state of hundreds of small tensors (ResNet-50 with
+# momentum: 481) several times longer than the copy of its bytes.
+_RUN_BYTES = 64 << 20  # the most device memory one gathered run takes
+_ALONE_BYTES = 16 << 20  # a tensor this large is copied by itself, not gathered
+
+
+def _plan_runs(items: Sequence[Tuple[int, int, int]]) -> List[List[Tuple[int, int, int]]]:
+    """Splits (index, pool offset, bytes) items, in index order, into runs of
+    consecutive indices (so nothing else lies between them in the pool) that
+    span at most _RUN_BYTES; an item of _ALONE_BYTES or more is a run of its own."""
+    runs: List[List[Tuple[int, int, int]]] = []
+    for item in items:
+        index, offset, nbytes = item
+        run = runs[-1] if runs else None
+        if (run is None or index != run[-1][0] + 1 or nbytes >= _ALONE_BYTES
+                or run[-1][2] >= _ALONE_BYTES or offset + nbytes - run[0][1] > _RUN_BYTES):
+            runs.append([item])
+        else:
+            run.append(item)
+    return runs
+
+
+def _byte_view(t):
+    return t.reshape(-1).view(_torch().uint8)
+
+
+def _gather(parts: Sequence[Tuple[int, Any]], pad) -> Any:
+    """One 1-D uint8 tensor on the parts' device: each (offset, contiguous
+    tensor)'s bytes at its offset from the first one's, ``pad(n)`` (n zero
+    bytes) between them."""
+    views, at = [], parts[0][0]
+    for offset, t in parts:
+        if offset > at:
+            views.append(pad(offset - at))
+        views.append(_byte_view(t))
+        at = offset + t.numel() * t.element_size()
+    return _torch().cat(views)
+
+
+def _copy_into_pool(pending, batch: Sequence[Tuple[int, Any]],
+                    record: Optional[Callable[[Any], None]] = None) -> None:
+    """Enqueues the copies of (index, contiguous tensor) pairs, in index order,
+    into ``pending``'s buffer at each index's destination, one copy per run
+    (non-blocking; on the current stream for CUDA sources). ``record(t)`` is
+    called for every source an enqueued copy reads."""
+    torch = _torch()
+    base = pending.buffer
+    tensors = dict(batch)
+    items = [(i, pending.destination(i) - base, t.numel() * t.element_size()) for i, t in batch]
+    runs = _plan_runs(items)
+    gap = max((b[1] - a[1] - a[2] for run in runs for a, b in zip(run, run[1:])), default=0)
+    pads: Dict[int, Any] = {}  # padding widths repeat: one slice of `zeros` each
+    if gap > 0:
+        zeros = torch.zeros(gap, dtype=torch.uint8, device=tensors[items[0][0]].device)
+
+        def pad(n):
+            view = pads.get(n)
+            if view is None:
+                view = pads[n] = zeros[:n]
+            return view
+    for run in runs:
+        first, last = run[0], run[-1]
+        span = last[1] + last[2] - first[1]
+        if span == 0:  # empty tensors only
+            continue
+        host = torch.frombuffer((ctypes.c_uint8 * span).from_address(base + first[1]),
+                                dtype=torch.uint8)
+        if len(run) == 1:
+            source = _byte_view(tensors[first[0]])
+        else:
+            source = _gather([(offset, tensors[i]) for i, offset, _ in run], pad)
+        host.copy_(source, non_blocking=True)
+        if record is not None:
+            for i, _, _ in run:
+                record(tensors[i])
 
 
 def _version(t) -> Optional[int]:

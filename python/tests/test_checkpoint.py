@@ -637,6 +637,57 @@ def test_pinning_the_pool_without_a_gpu_is_a_clear_error(tmp_path):
         core.pin_for_cuda(pending.buffer + 64, 0)
 
 
+def test_copy_runs_are_adjacent_capped_and_leave_big_tensors_alone(monkeypatch):
+    from saturate import checkpoint as cp
+    monkeypatch.setattr(cp, "_RUN_BYTES", 900)
+    monkeypatch.setattr(cp, "_ALONE_BYTES", 500)
+    items = [(0, 0, 100), (1, 128, 100), (2, 256, 600), (3, 896, 0), (5, 960, 10),
+             (6, 1024, 400), (7, 1472, 400), (8, 1920, 400)]
+    assert [[i for i, _, _ in run] for run in cp._plan_runs(items)] == [
+        [0, 1],  # index 2 is too big to share a run
+        [2],
+        [3],  # index 4 (not copied here) lies between 3 and 5; empty 3 still runs
+        [5, 6],  # with 7 the run would span 912 bytes
+        [7, 8]]
+    assert cp._plan_runs([]) == []
+
+
+@pytest.mark.parametrize("limits", [None, (2000, 1000)])
+def test_gathered_copies_lay_out_tensors_as_the_engine_does(tmp_path, monkeypatch, limits):
+    """CUDA saves copy runs of tensors gathered into one buffer each
+    (checkpoint._copy_into_pool); run here on host tensors, every byte lands
+    where the engine's own copy of the same tensors puts it, padding zeroed."""
+    from saturate import checkpoint as cp
+    if limits is not None:  # several runs, one tensor copied alone
+        monkeypatch.setattr(cp, "_RUN_BYTES", limits[0])
+        monkeypatch.setattr(cp, "_ALONE_BYTES", limits[1])
+    torch.manual_seed(0)
+    tensors = [torch.randn(5, 3).to(torch.bfloat16), torch.tensor([True, False, True]),
+               torch.tensor(3.5, dtype=torch.float64), torch.zeros(0, 4),
+               torch.arange(13, dtype=torch.int16), torch.randn(300),
+               torch.randint(0, 255, (77,), dtype=torch.uint8), torch.randn(1000),
+               torch.randn(2, 3, dtype=torch.complex64)]
+    _, f = cp._flatten({f"t{i}": t for i, t in enumerate(tensors)})
+    core = saturate.Checkpointer(str(tmp_path / "ck"), max_in_flight=2)._core
+    want = core.begin(1, f.specs)  # the engine copies host tensors itself
+    got = core.begin(2, [(s[0], 0) + tuple(s[2:]) for s in f.specs])  # as for CUDA tensors
+    end = want.destination(len(tensors) - 1) - want.buffer + f.specs[-1][2]
+    ctypes.memset(got.buffer, 0xAB, end)
+    recorded = []
+    cp._copy_into_pool(got, list(enumerate(f.sources)), recorded.append)
+    assert [id(t) for t in recorded] == [id(t) for t in f.sources]
+    want_bytes = ctypes.string_at(want.buffer, end)
+    got_bytes = ctypes.string_at(got.buffer, end)
+    for i, spec in enumerate(f.specs):
+        at = want.destination(i) - want.buffer
+        assert got_bytes[at:at + spec[2]] == want_bytes[at:at + spec[2]], spec[0]
+    # Elsewhere only padding between runs, which no copy touched, may differ.
+    differ = [k for k in range(end) if got_bytes[k] != want_bytes[k]]
+    assert all(got_bytes[k] == 0xAB and want_bytes[k] == 0 for k in differ)
+    if limits is None:
+        assert differ == [], "one run per span of adjacent tensors, padding included"
+
+
 def clear_cuda_error():
     """Takes the error of a call that failed on purpose out of torch's CUDA runtime.
     The runtime keeps it as its last error, and torch's check after its next kernel
@@ -672,3 +723,22 @@ def test_the_pool_is_page_locked_while_saving_and_unregistered_when_freed(tmp_pa
     clear_cuda_error()
     loaded = saturate.checkpoint.load(str(tmp_path / "ck"))
     assert torch.equal(loaded["w"].cpu(), state["w"].cpu())
+
+
+@pytest.mark.gpu
+def test_cuda_tensors_of_every_kind_round_trip_through_gathered_copies(tmp_path, monkeypatch):
+    import torch
+    from saturate import checkpoint as cp
+    monkeypatch.setattr(cp, "_ALONE_BYTES", 4096)  # the big tensors go alone
+    monkeypatch.setattr(cp, "_RUN_BYTES", 1 << 20)
+    torch.manual_seed(0)
+    state = {"conv": torch.randn(64, 32, 3, 3, device="cuda").to(
+                 memory_format=torch.channels_last),
+             "small": [torch.randn(n, device="cuda") for n in (1, 7, 64, 1000, 3000)],
+             "bf16": torch.randn(5, 3, device="cuda").to(torch.bfloat16),
+             "bool": torch.tensor([True, False], device="cuda"),
+             "count": torch.tensor(7, device="cuda"), "empty": torch.zeros(0, 4, device="cuda"),
+             "host": torch.arange(5), "step": 3}
+    with saturate.Checkpointer(str(tmp_path / "ck"), prepare=state) as ckpt:
+        ckpt.save(state, 1)
+    assert_same(saturate.checkpoint.load(str(tmp_path / "ck")), state)
