@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "base/file.h"
+#include "base/thread_name.h"
 #include "checkpoint/buffer_pool.h"
 #include "checkpoint/format.h"
 #include "checkpoint/pinned_pool.h"
@@ -211,6 +212,7 @@ void Checkpointer::Impl::ReleaseSlot(std::unique_ptr<PendingSave::Buffer> buffer
 }
 
 void Checkpointer::Impl::WriterLoop() {
+  base::NameThisThread("ckpt");
   while (true) {
     Job job;
     {

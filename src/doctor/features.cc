@@ -503,7 +503,8 @@ std::vector<const SamplePoint*> WindowSamples(const Run& run, const Interval& w)
 }
 
 // The training process's threads waiting for a CPU, and its cores, over the
-// samples that measured the wait.
+// samples that measured the wait. saturate's own threads in it (a Loader's
+// workers) are left out: their waits show as data waits, priced there.
 void TrainingRunqWait(const std::vector<const SamplePoint*>& samples, const Training& t,
                       Features* f) {
   if (!t.pid) return;
@@ -512,8 +513,8 @@ void TrainingRunqWait(const std::vector<const SamplePoint*>& samples, const Trai
   for (const SamplePoint* s : samples) {
     for (const SamplePoint::Member& m : s->members) {
       if (m.pid != *t.pid || !m.runq_wait_cores) continue;
-      wait += *m.runq_wait_cores;
-      cpu += m.cpu_pct / 100.0;
+      wait += std::max(0.0, *m.runq_wait_cores - m.saturate_runq_wait_cores);
+      cpu += std::max(0.0, m.cpu_pct / 100.0 - m.saturate_cpu_cores);
       ++n;
     }
   }

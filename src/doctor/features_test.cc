@@ -146,6 +146,18 @@ TEST(FeaturesTest, TheTrainingProcesssWaitForACpu) {
   EXPECT_NEAR(*f.training_cpu_cores, (30 * 1.0 + 61 * 1.4) / 91, 0.02);
 }
 
+TEST(FeaturesTest, SaturatesOwnThreadsAreNotTheTrainingsCompute) {
+  RunBuilder b;
+  b.Cpus(2).Steps(11, {{"forward", 1}}).Samples([](double, SamplePoint& s) {
+    // A Loader's workers in the training process: 0.5 of its 0.7 waiting
+    // threads and 0.8 of its 1.5 cores.
+    s.members = {{RunBuilder::kPid, 150.0, 0.7, 0.5, 0.8}};
+  });
+  Features f = ComputeFeatures(b.Build());
+  EXPECT_NEAR(*f.training_runq_wait_cores, 0.2, 1e-9);
+  EXPECT_NEAR(*f.training_cpu_cores, 0.7, 1e-9);
+}
+
 TEST(FeaturesTest, LoaderCounters) {
   RunBuilder b;
   b.Steps(11, {{"data_wait", 0.5, SpanKind::kLoader}, {"forward", 0.5}})

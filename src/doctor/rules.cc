@@ -865,8 +865,9 @@ std::optional<Finding> ComputeContention(const Features& f) {
                        *f.other_cpu_cores, f.cpus, 100 * share),
                    lost_s, 0.6);
   Add(x, "training_runq_wait_cores", wait, "threads",
-      "the training process's threads ready to run but waiting for a CPU (mean, schedstat)");
-  Add(x, "training_cpu_cores", ran, "cores", "what the training process ran on meanwhile");
+      "the training process's threads ready to run but waiting for a CPU (mean, schedstat; "
+      "saturate's own threads left out)");
+  Add(x, "training_cpu_cores", ran, "cores", "what those threads ran on meanwhile");
   AddOthersEvidence(f, x);
   x.fix = ContentionFix(f);
   PredictSaving(f, x, lost_s,

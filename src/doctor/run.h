@@ -57,6 +57,9 @@ struct SamplePoint {
     int pid = 0;
     double cpu_pct = 0;
     std::optional<double> runq_wait_cores;
+    // saturate's own threads in it (loader workers, writers), when it has any
+    double saturate_runq_wait_cores = 0;
+    double saturate_cpu_cores = 0;
   };
   std::vector<Member> members;  // the tree's processes
   std::vector<GpuPoint> gpus;

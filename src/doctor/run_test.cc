@@ -31,7 +31,8 @@ std::string SampleLine(int64_t t_ns, double util_sampled) {
       R"(, "host": {"cpu_busy_pct": 45.0, "cpu_iowait_pct": 2.5, "mem_available_bytes": 400,
           "mem_total_bytes": 1000, "disk_read_bytes_per_s": 1e6},
           "tree": {"cpu_pct": 180.0, "rss_bytes": 300, "runq_wait_cores": 0.75,
-                   "members": [{"pid": 7, "cpu_pct": 150.0, "runq_wait_cores": 0.5},
+                   "members": [{"pid": 7, "cpu_pct": 150.0, "runq_wait_cores": 0.5,
+                                "saturate_runq_wait_cores": 0.2, "saturate_cpu_cores": 0.7},
                                {"pid": 9, "cpu_pct": 30.0}, {"comm": "no pid"}]},
           "gpus": [{"index": 0, "util_pct": 97, "util_sampled_pct": )" +
       std::to_string(util_sampled) +
@@ -88,7 +89,10 @@ TEST(LoadRunTest, ReadsMetaSamplesAndSpans) {
   EXPECT_EQ(s.members[0].pid, 7);
   EXPECT_EQ(s.members[0].cpu_pct, 150.0);
   EXPECT_EQ(s.members[0].runq_wait_cores, 0.5);
+  EXPECT_EQ(s.members[0].saturate_runq_wait_cores, 0.2);
+  EXPECT_EQ(s.members[0].saturate_cpu_cores, 0.7);
   EXPECT_FALSE(s.members[1].runq_wait_cores.has_value());
+  EXPECT_EQ(s.members[1].saturate_cpu_cores, 0);  // no saturate threads
   ASSERT_EQ(s.gpus.size(), 2u);
   EXPECT_EQ(s.gpus[0].util_pct, 90.5);  // the sub-second samples win
   EXPECT_EQ(s.gpus[0].memory_used_bytes, 100u);

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/thread_name.h"
 #include "device/gpu.h"
 #include "feed/decode_split.h"
 #include "feed/image_deferral.h"
@@ -279,7 +280,12 @@ class DeviceLoader::Impl {
     pool_ = std::make_shared<DevicePool>(gpu_, bytes,
                                          static_cast<size_t>(prefetch_ + options.max_held_batches));
     SATURATE_ASSIGN_OR_RETURN(copy_stream_, gpu_->CreateStream());
-    if (deferral_ != nullptr) issue_thread_ = std::thread([this] { IssueLoop(); });
+    if (deferral_ != nullptr) {
+      issue_thread_ = std::thread([this] {
+        base::NameThisThread("h2d");
+        IssueLoop();
+      });
+    }
     return Status::OK();
   }
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "base/cpu_time.h"
+#include "base/thread_name.h"
 #include "feed/autotune.h"
 #include "feed/sample_plan.h"
 #include "feed/sampler.h"
@@ -219,7 +220,11 @@ class Loader::Impl {
       StartEpochLocked(0, 0, 0, &lock);
       window_ = WindowStart();
     }
-    for (int i = 0; i < max_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+    for (int i = 0; i < max_threads_; ++i)
+      workers_.emplace_back([this, i] {
+        base::NameThisThread("feed-" + std::to_string(i));
+        WorkerLoop(i);
+      });
     return Status::OK();
   }
 

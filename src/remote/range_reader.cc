@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/thread_name.h"
 #include "remote/block_cache.h"
 
 namespace saturate::remote {
@@ -74,7 +75,12 @@ class RangeReader::Impl {
         options_(std::move(options)),
         cache_(std::move(cache)),
         mem_lru_(options_.readahead_bytes) {
-    for (int i = 0; i < options_.requests; ++i) threads_.emplace_back([this] { FetchLoop(); });
+    for (int i = 0; i < options_.requests; ++i) {
+      threads_.emplace_back([this, i] {
+        base::NameThisThread("fetch-" + std::to_string(i));
+        FetchLoop();
+      });
+    }
   }
 
   ~Impl() {

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "base/rank_env.h"
+#include "base/thread_name.h"
 
 #if defined(SATURATE_WITH_CUDA) && __has_include(<nvtx3/nvToolsExt.h>)
 #include <nvtx3/nvToolsExt.h>
@@ -484,6 +485,7 @@ void Recorder::StartWriterLocked() {
 }
 
 void Recorder::WriterLoop() {
+  base::NameThisThread("trace");
   std::unique_lock<std::mutex> lock(mu_);
   writer_running_ = true;
   started_.notify_all();

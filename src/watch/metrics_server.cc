@@ -5,6 +5,7 @@
 #include <charconv>
 #include <thread>
 
+#include "base/thread_name.h"
 #include "watch/prometheus.h"
 
 namespace saturate::watch {
@@ -56,7 +57,10 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const ListenAddress&
                            " (in use, or not an address here?)");
   }
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->server.listen_after_bind(); });
+  impl->thread = std::thread([raw] {
+    base::NameThisThread("metrics");
+    raw->server.listen_after_bind();
+  });
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(impl), address.host, port));
 }
 

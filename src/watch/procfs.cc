@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "base/file.h"
+#include "base/thread_name.h"
 
 namespace saturate::watch {
 namespace {
@@ -342,26 +343,35 @@ Result<SchedStat> ParseSchedStat(std::string_view text, std::string_view source)
   return s;
 }
 
-ThreadWaits ReadThreadRunqWaits(const std::string& proc_root, int pid) {
-  ThreadWaits waits;
+ThreadScheds ReadThreadScheds(const std::string& proc_root, int pid) {
+  ThreadScheds threads;
   std::error_code ec;
   const std::string tasks = proc_root + "/" + std::to_string(pid) + "/task";
   for (const auto& entry : std::filesystem::directory_iterator(tasks, ec)) {
     int64_t tid = 0;
     if (!ParseNumber(entry.path().filename().string(), &tid)) continue;
-    Result<SchedStat> s = ReadParsed(entry.path().string() + "/schedstat", ParseSchedStat);
-    if (s.ok()) waits[tid] = s->runq_wait_ns;
+    const std::string dir = entry.path().string();
+    Result<SchedStat> s = ReadParsed(dir + "/schedstat", ParseSchedStat);
+    if (!s.ok()) continue;
+    Result<std::string> comm = ReadFileToString(dir + "/comm");
+    threads[tid] = {s->run_ns, s->runq_wait_ns, comm.ok() && base::IsSaturateThreadName(*comm)};
   }
-  return waits;
+  return threads;
 }
 
-uint64_t RunqWaitGrowthNs(const ThreadWaits& before, const ThreadWaits& after) {
-  uint64_t growth = 0;
-  for (const auto& [tid, wait_ns] : after) {
+SchedGrowth GrowthBetween(const ThreadScheds& before, const ThreadScheds& after) {
+  SchedGrowth g;
+  for (const auto& [tid, now] : after) {
     auto prev = before.find(tid);
-    growth += prev == before.end() ? wait_ns : Delta(prev->second, wait_ns);
+    const ThreadSched was = prev == before.end() ? ThreadSched{} : prev->second;
+    const uint64_t waited_ns = Delta(was.runq_wait_ns, now.runq_wait_ns);
+    g.runq_wait_ns += waited_ns;
+    if (!now.saturate) continue;
+    g.saturate_threads = true;
+    g.saturate_runq_wait_ns += waited_ns;
+    g.saturate_run_ns += Delta(was.run_ns, now.run_ns);
   }
-  return growth;
+  return g;
 }
 
 std::vector<int> ParseChildren(std::string_view text) {

@@ -172,16 +172,32 @@ struct SchedStat {
 Result<SchedStat> ParseSchedStat(std::string_view text,
                                  std::string_view source = "/proc/<pid>/task/<tid>/schedstat");
 
-// Each thread's runq_wait_ns, by tid, over every thread of process `pid`.
-// Threads that exit while being read are left out; empty when the process
-// exited, or the kernel has no schedstat files.
-using ThreadWaits = std::unordered_map<int64_t, uint64_t>;
-ThreadWaits ReadThreadRunqWaits(const std::string& proc_root, int pid);
+// One thread's schedstat, and whether it is one of saturate's own threads
+// (named by base::NameThisThread): their waits for a CPU cost the job data,
+// which the data-wait findings price, not compute, so they are counted apart.
+struct ThreadSched {
+  uint64_t run_ns = 0;
+  uint64_t runq_wait_ns = 0;
+  bool saturate = false;
+  bool operator==(const ThreadSched&) const = default;
+};
 
-// How much the threads' summed wait grew from `before` to `after`: a thread
-// in both adds its increase, a thread only in `after` (born since) its whole
-// wait; a thread that exited in between loses its last stretch.
-uint64_t RunqWaitGrowthNs(const ThreadWaits& before, const ThreadWaits& after);
+// Every thread of process `pid`, by tid. Threads that exit while being read
+// are left out; empty when the process exited, or the kernel has no
+// schedstat files.
+using ThreadScheds = std::unordered_map<int64_t, ThreadSched>;
+ThreadScheds ReadThreadScheds(const std::string& proc_root, int pid);
+
+// How much the threads' times grew from `before` to `after`: a thread in both
+// adds its increase, a thread only in `after` (born since) its whole time; a
+// thread that exited in between loses its last stretch.
+struct SchedGrowth {
+  uint64_t runq_wait_ns = 0;           // every thread
+  uint64_t saturate_runq_wait_ns = 0;  // saturate's own threads
+  uint64_t saturate_run_ns = 0;
+  bool saturate_threads = false;  // `after` has one of saturate's threads
+};
+SchedGrowth GrowthBetween(const ThreadScheds& before, const ThreadScheds& after);
 
 // ---- readers (live files) ---------------------------------------------------
 

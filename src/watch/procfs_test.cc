@@ -19,6 +19,7 @@
 
 #include "base/file.h"
 #include "base/testing.h"
+#include "base/thread_name.h"
 
 namespace saturate::watch {
 namespace {
@@ -476,28 +477,46 @@ TEST(ParseSchedStat, RunAndWait) {
   EXPECT_TRUE(HasError(ParseSchedStat("1 -2 3").status(), StatusCode::kCorruption, {"-2"}));
 }
 
-TEST(RunqWaitGrowthNs, IncreasesNewThreadsAndExitedOnes) {
-  const ThreadWaits before{{10, 1000}, {11, 500}, {12, 70}};
-  const ThreadWaits after{{10, 1600}, {11, 400}, {13, 50}};  // 11 went backwards, 12 exited
-  EXPECT_EQ(RunqWaitGrowthNs(before, after), 600u + 0u + 50u);
-  EXPECT_EQ(RunqWaitGrowthNs(after, after), 0u);
+TEST(GrowthBetween, IncreasesNewThreadsAndExitedOnes) {
+  const ThreadScheds before{{10, {5, 1000, false}}, {11, {5, 500, false}}, {12, {5, 70, false}}};
+  // 11 went backwards, 12 exited, 13 was born.
+  const ThreadScheds after{{10, {9, 1600, false}}, {11, {9, 400, false}}, {13, {3, 50, false}}};
+  const SchedGrowth g = GrowthBetween(before, after);
+  EXPECT_EQ(g.runq_wait_ns, 600u + 0u + 50u);
+  EXPECT_FALSE(g.saturate_threads);
+  EXPECT_EQ(g.saturate_runq_wait_ns + g.saturate_run_ns, 0u);
+  EXPECT_EQ(GrowthBetween(after, after).runq_wait_ns, 0u);
 }
 
-TEST(ReadThreadRunqWaits, EveryThreadOfEachProcess) {
+TEST(GrowthBetween, CountsSaturatesOwnThreadsApart) {
+  const ThreadScheds before{{10, {100, 1000, false}}, {11, {200, 500, true}}};
+  const ThreadScheds after{{10, {150, 1600, false}}, {11, {260, 900, true}}, {12, {7, 8, true}}};
+  const SchedGrowth g = GrowthBetween(before, after);
+  EXPECT_EQ(g.runq_wait_ns, 600u + 400u + 8u);
+  EXPECT_TRUE(g.saturate_threads);
+  EXPECT_EQ(g.saturate_runq_wait_ns, 400u + 8u);
+  EXPECT_EQ(g.saturate_run_ns, 60u + 7u);
+}
+
+TEST(ReadThreadScheds, EveryThreadOfEachProcessAndWhoNamedIt) {
   TempDir root;
-  for (const auto& [task, text] :
-       std::initializer_list<std::pair<std::string, std::string>>{{"12/task/12", "5 100 1\n"},
-                                                                  {"12/task/14", "6 200 1\n"},
-                                                                  {"12/task/junk", "7 300 1\n"},
-                                                                  {"20/task/20", "8 400 1\n"},
-                                                                  {"21/task/21", "bad"}}) {
-    std::filesystem::create_directories(root.path() + "/" + task);
-    SATURATE_ASSERT_OK(WriteFileAtomic(root.path() + "/" + task + "/schedstat", text));
-  }
-  EXPECT_EQ(ReadThreadRunqWaits(root.path(), 12), (ThreadWaits{{12, 100}, {14, 200}}));
-  EXPECT_EQ(ReadThreadRunqWaits(root.path(), 20), (ThreadWaits{{20, 400}}));
-  EXPECT_TRUE(ReadThreadRunqWaits(root.path(), 21).empty());  // unreadable
-  EXPECT_TRUE(ReadThreadRunqWaits(root.path(), 99).empty());  // gone
+  auto put = [&](const std::string& file, const std::string& text) {
+    std::filesystem::create_directories(
+        std::filesystem::path(root.path() + "/" + file).parent_path());
+    SATURATE_ASSERT_OK(WriteFileAtomic(root.path() + "/" + file, text));
+  };
+  put("12/task/12/schedstat", "5 100 1\n");
+  put("12/task/12/comm", "python3\n");
+  put("12/task/14/schedstat", "6 200 1\n");
+  put("12/task/14/comm", "sat-feed-0\n");
+  put("12/task/junk/schedstat", "7 300 1\n");
+  put("20/task/20/schedstat", "8 400 1\n");  // no comm: not saturate's
+  put("21/task/21/schedstat", "bad");
+  EXPECT_EQ(ReadThreadScheds(root.path(), 12),
+            (ThreadScheds{{12, {5, 100, false}}, {14, {6, 200, true}}}));
+  EXPECT_EQ(ReadThreadScheds(root.path(), 20), (ThreadScheds{{20, {8, 400, false}}}));
+  EXPECT_TRUE(ReadThreadScheds(root.path(), 21).empty());  // unreadable
+  EXPECT_TRUE(ReadThreadScheds(root.path(), 99).empty());  // gone
 }
 
 // ---- the live /proc ---------------------------------------------------------
@@ -535,7 +554,7 @@ TEST(Live, OwnProcess) {
 // Two threads that want a CPU each, on one CPU: each waits on the runqueue
 // about half the time, and the reader sees it.
 TEST(Live, ThreadsSharingOneCpuWaitForIt) {
-  if (ReadThreadRunqWaits("/proc", ::getpid()).empty()) {
+  if (ReadThreadScheds("/proc", ::getpid()).empty()) {
     GTEST_SKIP() << "this kernel has no /proc/<pid>/task/<tid>/schedstat (CONFIG_SCHED_INFO)";
   }
   cpu_set_t saved, one;
@@ -547,21 +566,29 @@ TEST(Live, ThreadsSharingOneCpuWaitForIt) {
       break;
     }
   }
-  const ThreadWaits before = ReadThreadRunqWaits("/proc", ::getpid());
+  const ThreadScheds before = ReadThreadScheds("/proc", ::getpid());
   std::atomic<bool> stop{false};
   auto spin = [&] {
     ::sched_setaffinity(0, sizeof(one), &one);  // this thread only
     while (!stop.load(std::memory_order_relaxed)) {
     }
   };
-  std::thread a(spin), b(spin);
+  std::thread a(spin), b([&] {
+    base::NameThisThread("spin");
+    spin();
+  });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const ThreadWaits after = ReadThreadRunqWaits("/proc", ::getpid());  // while both still run
+  const ThreadScheds after = ReadThreadScheds("/proc", ::getpid());  // while both still run
   stop = true;
   a.join();
   b.join();
-  const uint64_t waited_ns = RunqWaitGrowthNs(before, after);
-  EXPECT_GE(waited_ns, 100'000'000u) << "two spinning threads on one CPU for 300 ms";
+  const SchedGrowth g = GrowthBetween(before, after);
+  EXPECT_GE(g.runq_wait_ns, 100'000'000u) << "two spinning threads on one CPU for 300 ms";
+  // The named one is saturate's: it waited and ran about half the time each.
+  EXPECT_TRUE(g.saturate_threads);
+  EXPECT_GE(g.saturate_runq_wait_ns, 50'000'000u);
+  EXPECT_GE(g.saturate_run_ns, 50'000'000u);
+  EXPECT_LT(g.saturate_runq_wait_ns, g.runq_wait_ns);
 }
 
 // Kills a process group and reaps its leader, even when an assertion fails.

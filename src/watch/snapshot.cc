@@ -249,6 +249,10 @@ json SnapshotJson(const Snapshot& s) {
                          {"rss_bytes", p.rss_bytes},
                          {"threads", p.threads}});
       if (p.runq_wait_cores) members.back()["runq_wait_cores"] = *p.runq_wait_cores;
+      if (p.saturate_runq_wait_cores) {
+        members.back()["saturate_runq_wait_cores"] = *p.saturate_runq_wait_cores;
+      }
+      if (p.saturate_cpu_cores) members.back()["saturate_cpu_cores"] = *p.saturate_cpu_cores;
     }
     j["tree"] = {{"processes", s.tree->processes},
                  {"cpu_pct", s.tree->cpu_pct},

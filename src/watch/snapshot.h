@@ -27,6 +27,10 @@ struct ProcessRow {
   uint64_t rss_bytes = 0;
   int64_t threads = 0;
   std::optional<double> runq_wait_cores;  // its threads waiting for a CPU (mean)
+  // Of those, saturate's own threads (loader workers, writers): their waits
+  // and their CPU. Set only in a process that has such threads.
+  std::optional<double> saturate_runq_wait_cores;
+  std::optional<double> saturate_cpu_cores;
 };
 
 struct Snapshot {

@@ -15,6 +15,7 @@
 
 #include "base/file.h"
 #include "base/rank_env.h"
+#include "base/thread_name.h"
 #include "watch/nvml.h"
 #include "watch/procfs.h"
 #include "watch/snapshot.h"
@@ -99,7 +100,10 @@ class Watcher::Impl {
                               ReadHostCounters(options_.proc_root, "/sys", &whole_disks_));
     if (options_.pid > 0) prev_tree_ = Tree(start_ns_);
     if (!options_.run_dir.empty()) SATURATE_RETURN_IF_ERROR(OpenRunDir());
-    thread_ = std::thread([this] { Loop(); });
+    thread_ = std::thread([this] {
+      base::NameThisThread("watch");
+      Loop();
+    });
     return Status::OK();
   }
 
@@ -260,27 +264,36 @@ class Watcher::Impl {
   // member's threads, so they run once per kRescanNs, not at every sample;
   // the values hold in between.
   void AddRunqWaits(int64_t now_ns, Snapshot* s) {
-    if (now_ns - waits_ns_ >= kRescanNs) {
-      const double elapsed_ns = double(now_ns - waits_ns_);
-      std::unordered_map<int, ThreadWaits> waits;
+    if (now_ns - scheds_ns_ >= kRescanNs) {
+      const double elapsed_ns = double(now_ns - scheds_ns_);
+      std::unordered_map<int, ThreadScheds> scheds;
       uint64_t tree_ns = 0;
-      member_runq_wait_cores_.clear();
+      member_waits_.clear();
       for (const ProcessStat& p : members_) {
-        ThreadWaits& now = waits[p.pid] = ReadThreadRunqWaits(options_.proc_root, p.pid);
-        auto prev = waits_.find(p.pid);
-        const uint64_t grew_ns =
-            RunqWaitGrowthNs(prev == waits_.end() ? ThreadWaits{} : prev->second, now);
-        tree_ns += grew_ns;  // a member new since the last read: all its wait is new
-        if (prev != waits_.end()) member_runq_wait_cores_[p.pid] = double(grew_ns) / elapsed_ns;
+        ThreadScheds& now = scheds[p.pid] = ReadThreadScheds(options_.proc_root, p.pid);
+        auto prev = scheds_.find(p.pid);
+        const SchedGrowth g =
+            GrowthBetween(prev == scheds_.end() ? ThreadScheds{} : prev->second, now);
+        tree_ns += g.runq_wait_ns;  // a member new since the last read: all its wait is new
+        if (prev == scheds_.end()) continue;
+        ProcessRow& rates = member_waits_[p.pid];
+        rates.runq_wait_cores = double(g.runq_wait_ns) / elapsed_ns;
+        if (g.saturate_threads) {
+          rates.saturate_runq_wait_cores = double(g.saturate_runq_wait_ns) / elapsed_ns;
+          rates.saturate_cpu_cores = double(g.saturate_run_ns) / elapsed_ns;
+        }
       }
-      if (!waits_.empty()) runq_wait_cores_ = double(tree_ns) / elapsed_ns;
-      waits_ = std::move(waits);
-      waits_ns_ = now_ns;
+      if (!scheds_.empty()) runq_wait_cores_ = double(tree_ns) / elapsed_ns;
+      scheds_ = std::move(scheds);
+      scheds_ns_ = now_ns;
     }
     s->tree->runq_wait_cores = runq_wait_cores_;
     for (ProcessRow& row : s->processes) {
-      auto it = member_runq_wait_cores_.find(row.pid);
-      if (it != member_runq_wait_cores_.end()) row.runq_wait_cores = it->second;
+      auto it = member_waits_.find(row.pid);
+      if (it == member_waits_.end()) continue;
+      row.runq_wait_cores = it->second.runq_wait_cores;
+      row.saturate_runq_wait_cores = it->second.saturate_runq_wait_cores;
+      row.saturate_cpu_cores = it->second.saturate_cpu_cores;
     }
   }
 
@@ -353,10 +366,10 @@ class Watcher::Impl {
   std::vector<ProcessStat> members_;
   std::optional<ProcessTreeCounters> prev_tree_;
   std::unordered_map<int, uint64_t> prev_ticks_;
-  std::unordered_map<int, ThreadWaits> waits_;  // the last schedstat read, by member
-  int64_t waits_ns_ = 0;
+  std::unordered_map<int, ThreadScheds> scheds_;  // the last schedstat read, by member
+  int64_t scheds_ns_ = 0;
   std::optional<double> runq_wait_cores_;
-  std::unordered_map<int, double> member_runq_wait_cores_;
+  std::unordered_map<int, ProcessRow> member_waits_;  // only the runq fields are set
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -15,6 +15,7 @@
 
 #include "base/file.h"
 #include "base/testing.h"
+#include "base/thread_name.h"
 #include "watch/metrics_server.h"
 #include "watch/snapshot.h"
 
@@ -128,7 +129,10 @@ TEST(WatcherTest, ThreadsWaitingForACpuAreCounted) {
     while (!stop.load(std::memory_order_relaxed)) {
     }
   };
-  std::thread a(spin), b(spin);
+  std::thread a(spin), b([&] {
+    base::NameThisThread("spin");  // one of saturate's own threads
+    spin();
+  });
   std::this_thread::sleep_for(std::chrono::milliseconds(2300));
   const Status stopped = w->Stop(0);
   stop = true;
@@ -138,7 +142,13 @@ TEST(WatcherTest, ThreadsWaitingForACpuAreCounted) {
   const json last = ReadLines(run + "/samples.jsonl").back();
   ASSERT_TRUE(last["tree"].contains("runq_wait_cores")) << last["tree"].dump();
   EXPECT_GT(last["tree"]["runq_wait_cores"].get<double>(), 0.5) << last["tree"].dump();
-  EXPECT_GT(last["tree"]["members"][0]["runq_wait_cores"].get<double>(), 0.5);
+  const json& member = last["tree"]["members"][0];
+  EXPECT_GT(member["runq_wait_cores"].get<double>(), 0.5);
+  ASSERT_TRUE(member.contains("saturate_runq_wait_cores")) << member.dump();
+  EXPECT_GT(member["saturate_runq_wait_cores"].get<double>(), 0.25) << member.dump();
+  EXPECT_LT(member["saturate_runq_wait_cores"].get<double>(),
+            member["runq_wait_cores"].get<double>());
+  EXPECT_GT(member["saturate_cpu_cores"].get<double>(), 0.25) << member.dump();
   EXPECT_NE(w->PrometheusText().find("saturate_process_tree_runq_wait_cores"), std::string::npos);
 }
 
