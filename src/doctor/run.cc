@@ -147,8 +147,7 @@ Status ParseSample(const json& j, SamplePoint* s) {
       for (const json& m : *it) {
         std::optional<int64_t> pid = m.is_object() ? Int(m, "pid") : std::nullopt;
         if (!pid) continue;
-        s->members.push_back({int(*pid), Num(m, "cpu_pct").value_or(0),
-                              Num(m, "runq_wait_cores"),
+        s->members.push_back({int(*pid), Num(m, "cpu_pct").value_or(0), Num(m, "runq_wait_cores"),
                               Num(m, "saturate_runq_wait_cores").value_or(0),
                               Num(m, "saturate_cpu_cores").value_or(0)});
       }
