@@ -364,6 +364,13 @@ class _DeviceStaging:
         torch = _torch()
         device = (now or later)[0][1].device
         self.pin(pending.buffer, device)
+        if any(t.device != device for _, t in (*now, *later)):
+            # Tensors on several GPUs (one process driving them all): copied
+            # before this returns, as the side stream orders only its own
+            # device's work; rare enough not to keep a stream per device.
+            _copy_into_pool(pending, sorted([*now, *later], key=lambda p: p[0]),
+                            non_blocking=False)
+            return None
         if self.stream is None:
             self.stream = torch.cuda.Stream(device=device)
         self.stream.wait_stream(torch.cuda.current_stream(device))
@@ -405,16 +412,18 @@ _RUN_BYTES = 64 << 20  # the most device memory one gathered run takes
 _ALONE_BYTES = 16 << 20  # a tensor this large is copied by itself, not gathered
 
 
-def _plan_runs(items: Sequence[Tuple[int, int, int]]) -> List[List[Tuple[int, int, int]]]:
-    """Splits (index, pool offset, bytes) items, in index order, into runs of
-    consecutive indices (so nothing else lies between them in the pool) that
-    span at most _RUN_BYTES; an item of _ALONE_BYTES or more is a run of its own."""
-    runs: List[List[Tuple[int, int, int]]] = []
+def _plan_runs(items: Sequence[Tuple[int, int, int, Any]]) -> List[List[Tuple[int, int, int, Any]]]:
+    """Splits (index, pool offset, bytes, device) items, in index order, into
+    runs of consecutive indices (so nothing else lies between them in the pool)
+    on one device that span at most _RUN_BYTES; an item of _ALONE_BYTES or more
+    is a run of its own."""
+    runs: List[List[Tuple[int, int, int, Any]]] = []
     for item in items:
-        index, offset, nbytes = item
+        index, offset, nbytes, device = item
         run = runs[-1] if runs else None
-        if (run is None or index != run[-1][0] + 1 or nbytes >= _ALONE_BYTES
-                or run[-1][2] >= _ALONE_BYTES or offset + nbytes - run[0][1] > _RUN_BYTES):
+        if (run is None or index != run[-1][0] + 1 or device != run[-1][3]
+                or nbytes >= _ALONE_BYTES or run[-1][2] >= _ALONE_BYTES
+                or offset + nbytes - run[0][1] > _RUN_BYTES):
             runs.append([item])
         else:
             run.append(item)
@@ -439,26 +448,29 @@ def _gather(parts: Sequence[Tuple[int, Any]], pad) -> Any:
 
 
 def _copy_into_pool(pending, batch: Sequence[Tuple[int, Any]],
-                    record: Optional[Callable[[Any], None]] = None) -> None:
-    """Enqueues the copies of (index, contiguous tensor) pairs, in index order,
-    into ``pending``'s buffer at each index's destination, one copy per run
-    (non-blocking; on the current stream for CUDA sources). ``record(t)`` is
-    called for every source an enqueued copy reads."""
+                    record: Optional[Callable[[Any], None]] = None,
+                    non_blocking: bool = True) -> None:
+    """Copies (index, contiguous tensor) pairs, in index order, into
+    ``pending``'s buffer at each index's destination, one copy per run
+    (for CUDA sources enqueued on the current stream when ``non_blocking``).
+    ``record(t)`` is called for every source an enqueued copy reads."""
     torch = _torch()
     base = pending.buffer
     tensors = dict(batch)
-    items = [(i, pending.destination(i) - base, t.numel() * t.element_size()) for i, t in batch]
-    runs = _plan_runs(items)
-    gap = max((b[1] - a[1] - a[2] for run in runs for a, b in zip(run, run[1:])), default=0)
-    pads: Dict[int, Any] = {}  # padding widths repeat: one slice of `zeros` each
-    if gap > 0:
-        zeros = torch.zeros(gap, dtype=torch.uint8, device=tensors[items[0][0]].device)
+    runs = _plan_runs([(i, pending.destination(i) - base, t.numel() * t.element_size(), t.device)
+                       for i, t in batch])
+    widest = max((b[1] - a[1] - a[2] for run in runs for a, b in zip(run, run[1:])), default=0)
+    zeros: Dict[Any, Any] = {}  # per device the widest gap's zero bytes; per (device, n) a slice
 
-        def pad(n):
-            view = pads.get(n)
-            if view is None:
-                view = pads[n] = zeros[:n]
-            return view
+    def pad(device, n):
+        view = zeros.get((device, n))
+        if view is None:
+            whole = zeros.get(device)
+            if whole is None:
+                whole = zeros[device] = torch.zeros(widest, dtype=torch.uint8, device=device)
+            view = zeros[(device, n)] = whole[:n]
+        return view
+
     for run in runs:
         first, last = run[0], run[-1]
         span = last[1] + last[2] - first[1]
@@ -469,11 +481,12 @@ def _copy_into_pool(pending, batch: Sequence[Tuple[int, Any]],
         if len(run) == 1:
             source = _byte_view(tensors[first[0]])
         else:
-            source = _gather([(offset, tensors[i]) for i, offset, _ in run], pad)
-        host.copy_(source, non_blocking=True)
+            source = _gather([(offset, tensors[i]) for i, offset, _, _ in run],
+                             lambda n: pad(first[3], n))
+        host.copy_(source, non_blocking=non_blocking)
         if record is not None:
-            for i, _, _ in run:
-                record(tensors[i])
+            for item in run:
+                record(tensors[item[0]])
 
 
 def _version(t) -> Optional[int]:

@@ -641,14 +641,16 @@ def test_copy_runs_are_adjacent_capped_and_leave_big_tensors_alone(monkeypatch):
     from saturate import checkpoint as cp
     monkeypatch.setattr(cp, "_RUN_BYTES", 900)
     monkeypatch.setattr(cp, "_ALONE_BYTES", 500)
-    items = [(0, 0, 100), (1, 128, 100), (2, 256, 600), (3, 896, 0), (5, 960, 10),
-             (6, 1024, 400), (7, 1472, 400), (8, 1920, 400)]
-    assert [[i for i, _, _ in run] for run in cp._plan_runs(items)] == [
+    items = [(0, 0, 100, "cuda:0"), (1, 128, 100, "cuda:0"), (2, 256, 600, "cuda:0"),
+             (3, 896, 0, "cuda:0"), (5, 960, 10, "cuda:0"), (6, 1024, 400, "cuda:0"),
+             (7, 1472, 400, "cuda:0"), (8, 1920, 400, "cuda:0"), (9, 2368, 8, "cuda:1")]
+    assert [[item[0] for item in run] for run in cp._plan_runs(items)] == [
         [0, 1],  # index 2 is too big to share a run
         [2],
         [3],  # index 4 (not copied here) lies between 3 and 5; empty 3 still runs
         [5, 6],  # with 7 the run would span 912 bytes
-        [7, 8]]
+        [7, 8],
+        [9]]  # another device
     assert cp._plan_runs([]) == []
 
 
