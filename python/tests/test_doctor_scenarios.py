@@ -113,7 +113,14 @@ def test_a_tiny_batch_leaves_the_device_underused(tmp_path):
     batch = int(finding["fix_value"]["batch_size_factor"])
     assert batch > 1, finding
     after, _ = doctor(tmp_path / "larger", [*args, "--batch-size", str(batch)])
-    assert lost_pct(after, "parallelism") < lost_pct(before, "parallelism"), (before, after)
+    # The fix works: samples/s rise. (Not doctor's own loss estimate: without a
+    # known batch size it assumes half of any step under 5 ms is operator
+    # dispatch, and the larger batch's ~4 ms steps are still under that.)
+    def samples_per_s(analysis, batch_size):
+        features = analysis["features"]
+        return features["steps"] * batch_size / features["active_s"]
+    gain = samples_per_s(after, batch) / samples_per_s(before, 1)
+    assert gain > 1.5, (gain, before["features"], after["features"])
 
 
 def test_competing_load_is_cpu_contention(tmp_path, real_photos):
