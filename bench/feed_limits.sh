@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # saturate's feed at the machine's limits (issue 29), in one run of about
-# 5 minutes on 2 cores:
+# 9 minutes on 2 cores:
 #
 #   A. Fashion-MNIST, batch 256, float normalized: the torch DataLoader's best
 #      run (every num_workers, every repeat) vs `saturate bench feed` at every
@@ -8,7 +8,8 @@
 #      (bench/memcpy_bound: with streaming stores and with the cached stores
 #      the loader uses).
 #   B. The photo set, RandomResizedCrop 224 uint8, batch 64, over 2 and 8
-#      epochs: every fixed thread count vs --threads auto.
+#      epochs: every fixed thread count vs --threads auto, then the best fixed
+#      count and auto head to head in alternated pairs (median of the ratios).
 #
 # What is timed and how the bound is computed: bench/feed_limits.py.
 # Results: docs/benchmarks.md.
@@ -25,6 +26,7 @@
 #   BUILD_DIR       build folder (default: build-bench in the repository)
 #   OUT             JSON results (default: $BUILD_DIR/feed_limits.json)
 #   REPEATS         alternating repeats of every configuration (default: 3)
+#   PAIRS           head-to-head pairs of the best fixed setting and auto (default: 16)
 #   FMNIST_WORKERS  num_workers swept for the DataLoader (default: "0 1 2")
 set -euo pipefail
 

@@ -17,18 +17,35 @@ targets=(shard_fuzz manifest_fuzz idx_fuzz table_fuzz image_fuzz jpeg_entries_fu
   manifest_ckpt_fuzz remote_url_fuzz tar_index_fuzz tfrecord_fuzz)
 cmake --build "$build" -j "$JOBS" --target "${targets[@]}"
 mkdir -p "$build/artifacts"
-for t in "${targets[@]}"; do
-  corpus=$build/corpus/$t
+
+# Runs target $1 for $seconds; its log is $build/$1.log, its exit status $build/$1.rc.
+fuzz_one() {
+  local t=$1 corpus=$build/corpus/$1
   mkdir -p "$corpus"
   [[ -d fuzz/seeds/$t ]] && cp -n fuzz/seeds/$t/* "$corpus"/ 2>/dev/null || true
-  echo "fuzz: $t for ${seconds}s"
-  log=$build/$t.log
-  if ! "$build/fuzz/$t" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 \
-    -artifact_prefix="$build/artifacts/$t-" -print_final_stats=1 >"$log" 2>&1; then
-    tail -n 60 "$log"
-    echo "fuzz: $t FAILED; the crashing input is in $build/artifacts/" >&2
-    exit 1
-  fi
-  grep -E 'stat::number_of_executed_units|stat::new_units_added' "$log" | tr -s ' ' | paste -sd' '
+  local rc=0
+  "$build/fuzz/$t" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 \
+    -artifact_prefix="$build/artifacts/$t-" -print_final_stats=1 >"$build/$t.log" 2>&1 || rc=$?
+  echo "$rc" >"$build/$t.rc"
+}
 
+# Each fuzzer is one process on one core: run $JOBS at a time.
+echo "fuzz: ${#targets[@]} targets, ${seconds}s each, $JOBS at a time"
+for t in "${targets[@]}"; do
+  if (($(jobs -rp | wc -l) >= JOBS)); then wait -n || true; fi
+  fuzz_one "$t" &
 done
+wait
+failed=()
+for t in "${targets[@]}"; do
+  if [[ $(cat "$build/$t.rc") != 0 ]]; then
+    tail -n 60 "$build/$t.log"
+    failed+=("$t")
+  fi
+  echo "fuzz: $t: $(grep -E 'stat::number_of_executed_units|stat::new_units_added' \
+    "$build/$t.log" | tr -s ' ' | paste -sd' ')"
+done
+if ((${#failed[@]})); then
+  echo "fuzz: FAILED: ${failed[*]}; the crashing inputs are in $build/artifacts/" >&2
+  exit 1
+fi
