@@ -4,12 +4,12 @@
 # with Debian's torch 1.13 or any Debian library package. It serves
 #  - the second PyTorch line of CI: saturate installed from the repaired wheel
 #    (WHEEL, from scripts/python-env.sh) and the torch tests run in it
-#    (scripts/test.sh), with PyTorch Lightning and Hugging Face Accelerate for
-#    their integration tests;
+#    (scripts/test.sh), with PyTorch Lightning, Hugging Face Accelerate and
+#    Transformers for their integration tests (doctor on a Trainer script);
 #  - the tests that need what Debian's torch lacks (its torchrun is broken on
 #    Python 3.11): multi-rank jobs under torchrun, which other tests start with
 #    this interpreter.
-# torch, lightning and accelerate are installed only when missing (a run that
+# torch, lightning, accelerate and transformers are installed only when missing (a run that
 # finds them only prints the versions); the wheel, when given, every time.
 #
 # usage: scripts/torch2-env.sh [VENV [WHEEL]]     (default: .venv-torch2)
@@ -22,10 +22,11 @@ PY=/usr/bin/python3
 
 check() {
   "$VENV/bin/python" -c 'import torch, torchvision, numpy, pytest, xxhash, lightning, accelerate
-import torch.distributed.run
+import transformers, safetensors.torch, torch.distributed.run
 assert int(torch.__version__.split(".")[0]) >= 2, torch.__version__
 print("torch2-env:", "torch", torch.__version__, "torchvision", torchvision.__version__,
       "lightning", lightning.__version__, "accelerate", accelerate.__version__,
+      "transformers", transformers.__version__,
       "in", __import__("sys").prefix)'
 }
 
@@ -34,7 +35,8 @@ if ! { [[ -x $VENV/bin/python ]] && check 2>/dev/null; }; then
   if [[ ! -x $VENV/bin/python ]]; then
     $PY -m venv "$VENV"
   fi
-  "${pip[@]}" install torch torchvision numpy pytest xxhash "lightning>=2.0" "accelerate>=0.26"
+  "${pip[@]}" install torch torchvision numpy pytest xxhash "lightning>=2.0" "accelerate>=0.26" \
+    "transformers>=4.40"
   check
 fi
 if [[ -n $WHEEL ]]; then

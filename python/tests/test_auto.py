@@ -619,6 +619,33 @@ def test_doctor_names_the_torch_save_site(tmp_path):
     assert site_in(stalls[0], "save_every_n.py", line), stalls[0]
 
 
+def test_a_hugging_face_trainer_script_is_explained(tmp_path):
+    """The Trainer saves five files a checkpoint (weights with safetensors, then torch.save of
+    the optimizer, scheduler, RNG state, arguments) and tests each step's loss for NaN/inf on
+    the host: doctor counts one checkpoint per save, sees the safetensors write, and names the
+    Trainer's own settings in its fixes. Runs in CI's torch 2 line (scripts/test.sh), which
+    leaves out the other test_doctor_* tests: named apart from them on purpose."""
+    pytest.importorskip("transformers", reason="Hugging Face transformers is not installed in "
+                        "this environment (scripts/torch2-env.sh puts it in .venv-torch2)")
+    steps, every = 40, 5
+    report, stdout = doctor(
+        tmp_path / "run", [sys.executable, script("hf_trainer.py"), "--steps", str(steps),
+                           "--save-steps", str(every), "--out", str(tmp_path / "out")],
+        env=clean_env(PYTHONPATH=os.pathsep.join(sys.path), HF_HUB_OFFLINE="1"))
+    features = check_shape(report)
+    recorded(features, steps=steps)
+    assert features["checkpoints"] == steps // every, features
+    (stall,) = findings_of(report, "checkpoint_stall")
+    assert not stall["info"], stdout
+    ops = {s["op"] for s in stall["sites"]}
+    assert {"torch.save", "safetensors.save_file"} <= ops, stall["sites"]
+    assert all("transformers/" in s["site"] for s in stall["sites"]), stall["sites"]
+    assert "TrainingArguments(save_steps=" in stall["fix"], stall["fix"]
+    assert f", {every} steps)" in stall["fix"], stall["fix"]  # how often it saves now
+    (syncs,) = findings_of(report, "host_sync")
+    assert "logging_nan_inf_filter=False" in syncs["fix"], syncs["fix"]
+
+
 @pytest.mark.parametrize("args", [[], ["--data", "loader", "--workers", "2", "--batch-size", "128",
                                         "--steps", "30", "--log-every", "10"]],
                          ids=["memory", "loader_with_workers"])

@@ -455,6 +455,16 @@ std::optional<double> PostCheckpointSlowdown(const std::vector<Interval>& saves,
   return Seconds(extra_ns);
 }
 
+// The index of the step whose interval holds `t_ns`: steps before the first
+// one count as 0, after the last as steps.size(); SIZE_MAX if there are none.
+size_t StepHolding(const std::vector<Interval>& steps, int64_t t_ns) {
+  if (steps.empty()) return SIZE_MAX;
+  if (t_ns >= steps.back().end_ns) return steps.size();
+  auto after = std::upper_bound(steps.begin(), steps.end(), t_ns,
+                                [](int64_t v, const Interval& s) { return v < s.start_ns; });
+  return after == steps.begin() ? 0 : static_cast<size_t>(after - steps.begin() - 1);
+}
+
 void CheckpointFeatures(const Run& run, const Training& t, Features* f) {
   if (!t.tid) return;
   std::vector<Interval> spans, waits;
@@ -467,17 +477,18 @@ void CheckpointFeatures(const Run& run, const Training& t, Features* f) {
     }
   }
   if (spans.empty()) return;
-  // Union, so a checkpoint span nested in another counts once.
+  // Time is the union, so a checkpoint span nested in another counts once.
+  // Saves that begin within one step are one checkpoint: frameworks write
+  // several files each time (Hugging Face's Trainer: the weights, then
+  // torch.save of the optimizer, scheduler, RNG state and arguments).
   int64_t total_ns = 0, end_ns = INT64_MIN;
+  size_t last_step = SIZE_MAX;
   for (const Interval& s : spans) {  // already by start (Run.spans is sorted)
-    if (s.start_ns >= end_ns) {
-      ++f->checkpoints;
-      total_ns += s.end_ns - s.start_ns;
-      end_ns = s.end_ns;
-    } else if (s.end_ns > end_ns) {
-      total_ns += s.end_ns - end_ns;
-      end_ns = s.end_ns;
-    }
+    const size_t step = t.pseudo_step ? SIZE_MAX : StepHolding(t.steps, s.start_ns);
+    if (s.start_ns >= end_ns && (step == SIZE_MAX || step != last_step)) ++f->checkpoints;
+    last_step = step;
+    total_ns += std::max<int64_t>(0, s.end_ns - std::max(s.start_ns, end_ns));
+    end_ns = std::max(end_ns, s.end_ns);
   }
   f->checkpoint_s = Seconds(total_ns);
   f->checkpoint_after_s = PostCheckpointSlowdown(spans, t.steps, waits);

@@ -189,6 +189,32 @@ TEST(FeaturesTest, OnlyCheckpointsOnTheTrainingThreadStall) {
   EXPECT_NEAR(*f.checkpoint_s, 3, 1e-9);
 }
 
+// Saves that begin within one step are one checkpoint (the files of one save);
+// without step marks each separate save counts.
+TEST(FeaturesTest, SavesWithinOneStepAreOneCheckpoint) {
+  RunBuilder b;
+  b.Steps(5, {{"forward", 1}});
+  for (int i = 0; i < 2; ++i) {
+    b.AddSpan("checkpoint", SpanKind::kCheckpoint, RunBuilder::kPid, RunBuilder::kTid, b.now_s(),
+              0.5);
+    b.AddSpan("checkpoint", SpanKind::kCheckpoint, RunBuilder::kPid, RunBuilder::kTid,
+              b.now_s() + 0.6, 0.2);
+    b.Pause(1).Steps(5, {{"forward", 1}});
+  }
+  Features f = ComputeFeatures(b.Build());
+  EXPECT_EQ(f.checkpoints, 2);
+  EXPECT_NEAR(*f.checkpoint_s, 2 * 0.7, 1e-9);
+
+  RunBuilder unmarked;
+  for (int i = 0; i < 3; ++i) {
+    unmarked.AddSpan("forward", SpanKind::kUser, RunBuilder::kPid, RunBuilder::kTid, i * 2.0, 1);
+    unmarked.AddSpan("checkpoint", SpanKind::kCheckpoint, RunBuilder::kPid, RunBuilder::kTid,
+                     i * 2.0 + 1, 0.5);
+  }
+  f = ComputeFeatures(unmarked.Build());
+  EXPECT_EQ(f.checkpoints, 3);
+}
+
 // A data-bound run with a save every 4 steps: the steps after the saves wait
 // longer for data (the loader's spread, not the save's), with the same
 // compute. The slowdown after the saves counts compute only: none here.

@@ -1151,6 +1151,21 @@ std::optional<Finding> CopyRule(const Features& f, const AnalysisOptions&) {
   return x;
 }
 
+// Where a framework that saves for the user takes the interval: " with
+// <setting>=<steps>" when a save site is in Hugging Face's Trainer or
+// Lightning, else "".
+std::string SaveIntervalKnob(const std::vector<SiteStat>& sites, const std::string& steps) {
+  for (const SiteStat& s : sites) {
+    if (s.site.find("transformers/trainer") != std::string::npos) {
+      return " with TrainingArguments(save_steps=" + steps + ")";
+    }
+    if (s.site.find("lightning/") != std::string::npos) {
+      return " with ModelCheckpoint(every_n_train_steps=" + steps + ")";
+    }
+  }
+  return "";
+}
+
 std::optional<Finding> CheckpointRule(const Features& f, const AnalysisOptions& options) {
   if (!f.checkpoint_s || f.duration_s <= 0 || f.checkpoints == 0) return std::nullopt;
   const double pct = 100.0 * *f.checkpoint_s / f.duration_s;
@@ -1164,22 +1179,28 @@ std::optional<Finding> CheckpointRule(const Features& f, const AnalysisOptions& 
   // Young (1974): the interval that minimizes checkpoint cost plus expected
   // rework, for a cost C and a mean time between failures M: sqrt(2 C M).
   const double interval_s = std::sqrt(2 * cost_s * options.assumed_mtbf_s);
-  std::string now;
-  if (f.checkpoints > 1 && f.active_s > 0) {
-    now = Fmt(" (now about every %.3g s)", f.active_s / double(f.checkpoints));
-  }
-  std::string where;
+  const double step_s = f.step_time_median_s.value_or(0);
+  const std::string steps = step_s > 0 ? Fmt("%.0f", std::ceil(interval_s / step_s)) : "";
+  std::string where, knob;
   if (!f.checkpoint_sites.empty()) {
     const SiteStat& top = f.checkpoint_sites.front();
     where = Fmt("%s at %s blocks %.2f s each time. ", top.op.c_str(), top.site.c_str(),
                 top.count > 0 ? top.total_s / double(top.count) : 0.0);
+    knob = SaveIntervalKnob(f.checkpoint_sites, steps.empty() ? "..." : steps);
     x.sites = f.checkpoint_sites;
   }
-  x.fix =
-      where + Fmt("Write checkpoints asynchronously (saturate.Checkpointer snapshots to memory and "
-                  "writes in the background), and checkpoint every %.0f s%s: Young's interval "
-                  "sqrt(2 x %.3g s x MTBF) with an assumed MTBF of %.0f h.",
-                  interval_s, now.c_str(), cost_s, options.assumed_mtbf_s / 3600);
+  std::string every = Fmt("%.0f s", interval_s);
+  every += !knob.empty() ? knob : !steps.empty() ? " (~" + steps + " steps)" : "";
+  std::string now;
+  if (f.checkpoints > 1 && f.active_s > 0) {
+    now = Fmt(" (now about every %.3g s", f.active_s / double(f.checkpoints));
+    if (f.steps > 0) now += Fmt(", %.0f steps", double(f.steps) / double(f.checkpoints));
+    now += ")";
+  }
+  x.fix = where + Fmt("Write checkpoints asynchronously (saturate.Checkpointer snapshots to "
+                      "memory and writes in the background), and checkpoint every %s%s: "
+                      "Young's interval sqrt(2 x %.3g s x MTBF) with an assumed MTBF of %.0f h.",
+                      every.c_str(), now.c_str(), cost_s, options.assumed_mtbf_s / 3600);
   x.fix_value = {{"checkpoint_interval_s", interval_s}};
   const double after_s = f.checkpoint_after_s.value_or(0);
   if (after_s > 0) {
@@ -1187,7 +1208,7 @@ std::optional<Finding> CheckpointRule(const Features& f, const AnalysisOptions& 
         "the steps right after the saves, beyond the median step (writeback, caches)");
   }
   PredictSaving(f, x, *f.checkpoint_s + after_s,
-                Fmt("%lld blocking saves cost %.3g s, and the steps after them %.3g s more; "
+                Fmt("%lld blocking checkpoints cost %.3g s, and the steps after them %.3g s more; "
                     "saved less often (or in the background) that cost goes",
                     (long long)f.checkpoints, *f.checkpoint_s, after_s),
                 true);
@@ -1516,6 +1537,21 @@ std::optional<Finding> TensorCoresIdleRule(const Features& f, const AnalysisOpti
   return x;
 }
 
+// Hugging Face's Trainer tests every step's loss for NaN/inf on the host
+// (`logging_nan_inf_filter`, on by default): a bool() in its trainer.py. The
+// user's script cannot move that line, but one argument turns it off.
+std::string TrainerSyncHint(const std::vector<SiteStat>& sites) {
+  for (const SiteStat& s : sites) {
+    if (s.op == "bool()" && s.site.find("transformers/trainer.py") != std::string::npos) {
+      return Fmt(
+          "The bool() at %s is Hugging Face's Trainer checking each step's loss for "
+          "NaN/inf; TrainingArguments(logging_nan_inf_filter=False) removes it. ",
+          s.site.c_str());
+    }
+  }
+  return "";
+}
+
 // Host syncs (.item(), .cpu(), torch.cuda.synchronize, ...) by call site.
 // On a GPU each waits for the device's queue to drain, and the thread
 // queues nothing meanwhile. The GPU computes through most of a wait (the
@@ -1553,11 +1589,11 @@ std::optional<Finding> HostSyncRule(const Features& f, const AnalysisOptions&) {
   if (!gpu.empty()) Add(x, "sync_wait_s", gpu_s, "s", "time blocked in them");
   if (!gpu.empty() && idle_s) Add(x, "gpu_idle_s", *idle_s, "s", "the most the syncs can cost");
   x.sites = sites;
-  x.fix =
-      Fmt("Keep values on the device and sync less often: accumulate the loss with "
-          "`total += loss.detach()` and call .item() when logging (e.g. every 50 "
-          "steps), not every step; move .cpu()/.tolist() out of the step. Start at %s.",
-          top.site.c_str());
+  x.fix = TrainerSyncHint(sites) +
+          Fmt("Keep values on the device and sync less often: accumulate the loss with "
+              "`total += loss.detach()` and call .item() when logging (e.g. every 50 "
+              "steps), not every step; move .cpu()/.tolist() out of the step. Start at %s.",
+              top.site.c_str());
   if (x.info) {
     x.fix +=
         " (This run has no GPU, so these calls cost nothing here; on a GPU each one "

@@ -565,6 +565,50 @@ TEST(RulesTest, CheckpointStallUsesYoungsInterval) {
   EXPECT_NE(top.fix.find("assumed MTBF of 24 h"), std::string::npos) << top.fix;
 }
 
+// Frameworks write several files per checkpoint (Hugging Face's Trainer: the
+// weights with safetensors, then torch.save of the optimizer, scheduler, RNG
+// state, ...). The saves of one step are one checkpoint: the interval and the
+// per-checkpoint cost are the checkpoint's, and the fix names the Trainer's
+// setting, in steps.
+TEST(RulesTest, SavesOfOneStepAreOneCheckpointAndTheTrainerSettingIsNamed) {
+  RunBuilder b;
+  b.Gpus(1).Steps(20, {{"forward", 1}});
+  for (int i = 0; i < 3; ++i) {
+    for (int file = 0; file < 4; ++file) {
+      b.AddSpan("checkpoint", SpanKind::kCheckpoint, RunBuilder::kPid, RunBuilder::kTid,
+                b.now_s() + file * 0.5, 0.5);
+    }
+    b.Pause(2).Steps(20, {{"forward", 1}});
+  }
+  doctor::Run run = b.Build();
+  for (Span& s : run.spans) {
+    if (s.name != "checkpoint") continue;
+    s.labels = {{"site", "site-packages/transformers/trainer.py:3572"}, {"op", "torch.save"}};
+    s.auto_source = true;
+  }
+  Analysis a = Analyze(run);
+  EXPECT_EQ(a.features.checkpoints, 3);
+  EXPECT_NEAR(*a.features.checkpoint_s, 6, 1e-6);
+  const Finding* x = Find(a.findings, "checkpoint_stall");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  const double interval_s = std::sqrt(2 * 2 * 86400.0);  // 2 s a checkpoint
+  EXPECT_NEAR(FixValue(*x, "checkpoint_interval_s"), interval_s, 0.01);
+  const std::string steps = std::to_string(static_cast<int>(std::ceil(interval_s / 1.0)));
+  EXPECT_NE(x->fix.find("TrainingArguments(save_steps=" + steps + ")"), std::string::npos)
+      << x->fix;
+  const std::string now =  // the run's steps over its 3 checkpoints
+      ", " + std::to_string(std::lround(double(a.features.steps) / 3)) + " steps)";
+  EXPECT_NE(x->fix.find(now), std::string::npos) << x->fix;
+
+  for (Span& s : run.spans) {  // Lightning's ModelCheckpoint serializes with torch.save
+    if (s.name == "checkpoint") s.labels["site"] = "lightning/fabric/utilities/cloud_io.py:85";
+  }
+  x = Find(Analyze(run).findings, "checkpoint_stall");
+  ASSERT_NE(x, nullptr);
+  EXPECT_NE(x->fix.find("ModelCheckpoint(every_n_train_steps=" + steps + ")"), std::string::npos)
+      << x->fix;
+}
+
 // A save also slows the steps after it (dirty pages written back): that
 // cost is outside the save's span, and the prediction counts it.
 TEST(RulesTest, CheckpointCountsTheSlowStepsAfterASave) {
@@ -1408,6 +1452,25 @@ TEST(RulesTest, HostSyncsNameTheirCallSites) {
   cpu.host_syncs.resize(1);
   cpu.host_syncs[0].count = 5;  // every 20 steps: fine
   EXPECT_EQ(Find(Analyze(cpu).findings, "host_sync"), nullptr);
+}
+
+// Hugging Face's Trainer syncs every step to test the loss for NaN/inf: the
+// user cannot edit that line, so the fix names the argument that removes it.
+TEST(RulesTest, TrainerLossCheckSyncsNameTheArgumentThatRemovesThem) {
+  RunBuilder b;
+  b.Steps(100, {{"forward", 0.05}, {"backward", 0.05}});
+  doctor::Run run = b.Build();
+  const std::string site = "venv/lib/python3.11/site-packages/transformers/trainer.py:1919";
+  run.host_syncs = {{RunBuilder::kPid, site, "bool()", "cpu", 200, 1'000'000, 0}};
+  const Finding* x = Find(Analyze(run).findings, "host_sync");
+  ASSERT_NE(x, nullptr);
+  EXPECT_NE(x->fix.find("TrainingArguments(logging_nan_inf_filter=False)"), std::string::npos)
+      << x->fix;
+
+  run.host_syncs[0].site = "train.py:42";  // the user's own bool(): the general advice only
+  x = Find(Analyze(run).findings, "host_sync");
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->fix.find("logging_nan_inf_filter"), std::string::npos) << x->fix;
 }
 
 // A GPU-bound loop waits long in its syncs (the queue they drain is work) but

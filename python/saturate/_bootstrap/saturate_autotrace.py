@@ -19,7 +19,8 @@ the spans format of docs/trace.md (what each event means: docs/auto.md):
     copy         Tensor.to/.cuda host -> device: bytes, pinned, non_blocking, the GPU
     host_sync    .item() .tolist() .cpu() bool() .to("cpu") torch.cuda.synchronize: counted
                  and timed per call site (file:line); spans for long ones
-    checkpoint   torch.save, torch.distributed.checkpoint saves
+    checkpoint   torch.save, torch.distributed.checkpoint saves, safetensors.torch.save_file
+                 and save_model (Hugging Face weights)
     collectives  torch.distributed.all_reduce, broadcast, barrier, ...: bytes, time
     dataloader   a counters record per DataLoader built: num_workers, pin_memory, ...
     ddp          a counters record per DistributedDataParallel model: gradient bytes, buckets;
@@ -773,7 +774,8 @@ def _wrap_save(owner, name, op):
 
 @_safe
 def _record_save(op, site, args, kwargs, t0, t1):
-    target = kwargs.get("f", args[1] if len(args) > 1 else None)
+    # torch.save(obj, f), safetensors' save_file(tensors, filename) and save_model(model, filename)
+    target = kwargs.get("f", kwargs.get("filename", args[1] if len(args) > 1 else None))
     nbytes = -1
     if isinstance(target, (str, bytes, os.PathLike)):
         try:
@@ -787,6 +789,16 @@ def _record_save(op, site, args, kwargs, t0, t1):
 def _hook_save(torch):
     _wrap_save(torch, "save", "torch.save")
     return "torch.save"
+
+
+def _hook_safetensors(st):
+    """safetensors.torch's file writers: Hugging Face saves model weights with
+    them (`save_pretrained`, the Trainer's checkpoints), not with torch.save."""
+    names = [n for n in ("save_file", "save_model")
+             if _wrap_save(st, n, "safetensors." + n)]
+    if not names:
+        raise RuntimeError("no save functions")
+    return ", ".join(names)
 
 
 def _hook_dcp(dcp):
@@ -1013,6 +1025,11 @@ def install(run_dir):
     atexit.register(_at_exit)
     _safe(_hook_excepthook)()
     _post_import.watch("torch", _on_torch)
+    # Watched from the start, not from _on_torch: safetensors.torch imports
+    # torch itself, and would be caught half-initialized there. Hugging Face
+    # binds save_file by name when it imports it, so it must be wrapped by then.
+    _post_import.watch("safetensors.torch",
+                       lambda st: _try_hook("safetensors", _hook_safetensors, st))
 
 
 # ---- ranks (docs/ranks.md) -------------------------------------------------------------
