@@ -149,6 +149,22 @@ def test_one_step_mark_per_optimizer_update_and_item_sites(tmp_path):
     assert syncs[0]["args"]["total_ns"] >= syncs[0]["args"]["max_ns"] > 0
 
 
+def test_hooks_go_in_when_a_library_probed_for_torch_first(tmp_path):
+    """Libraries ask whether torch is installed with importlib.util.find_spec before they
+    import it (Hugging Face's is_torch_available, when a script imports transformers first).
+    That probe's spec is never executed; the hooks must go in at the real import."""
+    run = tmp_path / "run"
+    probe = ("import importlib.util, runpy, sys\n"
+             "assert importlib.util.find_spec('torch') and 'torch' not in sys.modules\n"
+             f"sys.argv = [{script('item_every_step.py')!r}, '--steps', '10']\n"
+             "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    ok(run_job(["-c", probe], run))
+    main = main_process(load_run(run))
+    assert [s["step"] for s in main["steps"]] == list(range(1, 11))
+    hooks = main["meta"]["auto"]["hooks"]
+    assert {"optimizer", "backward", "host_sync", "save"} <= set(hooks), main["meta"]["auto"]
+
+
 @pytest.mark.parametrize("interpreter", ["this", "torch2"])
 @pytest.mark.parametrize("precision,bits,autocast_bits,param_bits", [
     ("fp32", 32, 0, 32),  # an autocast(enabled=False) region every step does not count
@@ -623,7 +639,8 @@ def test_a_hugging_face_trainer_script_is_explained(tmp_path):
     """The Trainer saves five files a checkpoint (weights with safetensors, then torch.save of
     the optimizer, scheduler, RNG state, arguments) and tests each step's loss for NaN/inf on
     the host: doctor counts one checkpoint per save, sees the safetensors write, and names the
-    Trainer's own settings in its fixes. Runs in CI's torch 2 line (scripts/test.sh), which
+    Trainer's own settings in its fixes; a Trainer that tokenizes inline is told its
+    TrainingArguments' worker count. Runs in CI's torch 2 line (scripts/test.sh), which
     leaves out the other test_doctor_* tests: named apart from them on purpose."""
     pytest.importorskip("transformers", reason="Hugging Face transformers is not installed in "
                         "this environment (scripts/torch2-env.sh puts it in .venv-torch2)")
@@ -644,6 +661,21 @@ def test_a_hugging_face_trainer_script_is_explained(tmp_path):
     assert f", {every} steps)" in stall["fix"], stall["fix"]  # how often it saves now
     (syncs,) = findings_of(report, "host_sync")
     assert "logging_nan_inf_filter=False" in syncs["fix"], syncs["fix"]
+
+    # Tokenizing inline (dataloader_num_workers=0): the loader Accelerate builds has a
+    # batch_sampler and no batch_size, is built inside accelerate, and is set through the
+    # Trainer's arguments; the fix says so, with a number.
+    report, stdout = doctor(
+        tmp_path / "run-tokenize", [sys.executable, script("hf_trainer.py"), "--steps", "30",
+                                    "--text-chars", "20000", "--hidden", "128", "--layers", "2",
+                                    "--out", str(tmp_path / "out-tokenize")],
+        env=clean_env(PYTHONPATH=os.pathsep.join(sys.path), HF_HUB_OFFLINE="1"))
+    features = check_shape(report)
+    assert features["loader_batch_size"] == 16 and features["loader_threads"] == 0, features
+    assert "transformers/trainer.py:" in features["loader_site"], features["loader_site"]
+    (slow,) = findings_of(report, "input_pipeline")
+    assert "TrainingArguments dataloader_num_workers=" in slow["fix"], slow["fix"]
+    assert slow["fix_value"]["num_workers"] >= 1, slow
 
 
 @pytest.mark.parametrize("args", [[], ["--data", "loader", "--workers", "2", "--batch-size", "128",

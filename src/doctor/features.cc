@@ -779,6 +779,7 @@ void TorchLoaderFeatures(const Run& run, const Training& t, Features* f) {
   std::map<int64_t, int64_t> wait_ns;   // loader_id -> data_wait on the training thread
   std::map<int64_t, int64_t> first_ns;  // ... of which for a pass's first batch, in the window
   std::map<int64_t, int64_t> passes;
+  std::map<int64_t, std::vector<int64_t>> batch_samples;  // ... the batches' leading dimension
   int64_t load_ns = 0, samples = 0, window_load_ns = 0;
   // The fetching threads' CPU time (arg cpu_ns), when every fetch has it.
   int64_t load_cpu_ns = 0, window_load_cpu_ns = 0;
@@ -794,6 +795,9 @@ void TorchLoaderFeatures(const Run& run, const Training& t, Features* f) {
       auto id = s.args.find("loader_id");
       const int64_t loader_id = id == s.args.end() ? -1 : id->second;
       wait_ns[loader_id] += s.dur_ns;
+      if (auto n = s.args.find("samples"); n != s.args.end() && n->second > 0) {
+        batch_samples[loader_id].push_back(n->second);
+      }
       const int64_t in_window_ns =
           Overlap(s.start_ns, s.start_ns + s.dur_ns, t.window.start_ns, t.window.end_ns);
       if (auto batch = s.args.find("batch");
@@ -847,6 +851,13 @@ void TorchLoaderFeatures(const Run& run, const Training& t, Features* f) {
     f->loader_workers_flag = WorkersFlag(run.meta.command, *workers);
   }
   f->loader_batch_size = get("batch_size");
+  // A loader built with a batch_sampler has no batch_size (Accelerate's, in
+  // Hugging Face's Trainer): the median batch the training thread got.
+  if (std::vector<int64_t>& got = batch_samples[loader->loader_id];
+      !f->loader_batch_size && !got.empty()) {
+    std::nth_element(got.begin(), got.begin() + got.size() / 2, got.end());
+    f->loader_batch_size = got[got.size() / 2];
+  }
   f->loader_threads = get("num_workers");
   if (f->loader_threads.value_or(0) > 0) f->loader_prefetch = get("prefetch_factor");
   if (std::optional<int64_t> pin = get("pin_memory")) f->loader_pin_memory = *pin != 0;

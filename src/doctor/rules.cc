@@ -489,7 +489,9 @@ std::string ComposedWords(const ThreadPlan& plan, const ComposedStep& c) {
 }
 
 // How a fix names the loader's knobs: saturate.Loader's threads and prefetch,
-// or a torch DataLoader's num_workers and prefetch_factor.
+// a torch DataLoader's num_workers and prefetch_factor, or, for the loader
+// Hugging Face's Trainer builds, its TrainingArguments (the keys stay the
+// DataLoader's: --check-fix knows the Trainer's flags by them).
 struct Knobs {
   std::string threads = "loader threads";
   std::string threads_key = "threads";
@@ -499,6 +501,10 @@ struct Knobs {
 
 Knobs KnobsOf(const Features& f) {
   if (f.loader_kind != "torch") return {};
+  if (f.loader_site.find("transformers/trainer") != std::string::npos) {
+    return {"TrainingArguments dataloader_num_workers", "num_workers",
+            "TrainingArguments dataloader_prefetch_factor", "prefetch_factor"};
+  }
   return {"DataLoader num_workers", "num_workers", "DataLoader prefetch_factor", "prefetch_factor"};
 }
 

@@ -1007,6 +1007,26 @@ Run InlineDataLoader(std::vector<std::string> command) {
   return run;
 }
 
+// The loader Hugging Face's Trainer runs (Accelerate's, with a batch_sampler)
+// has no batch_size: the batches' leading dimension stands in, and the fix
+// names the Trainer's argument, with the same number.
+TEST(RulesTest, TrainerDataLoaderGetsItsBatchFromTheBatchesAndItsKnobFromTheTrainer) {
+  doctor::Run run = InlineDataLoader({"python", "finetune.py"});
+  const double plain_workers = FixValue(Analyze(run).findings.front(), "num_workers");
+  run.dataloaders[0].values["batch_size"] = -1;
+  run.dataloaders[0].site = "site-packages/transformers/trainer.py:1051";
+  for (Span& s : run.spans) {
+    if (s.name == "data_wait") s.args["samples"] = 32;
+  }
+  Analysis a = Analyze(run);
+  EXPECT_EQ(a.features.loader_batch_size, 32);
+  const Finding& x = a.findings.front();
+  EXPECT_EQ(x.cause, "input_pipeline") << Describe(a.findings);
+  EXPECT_EQ(FixValue(x, "num_workers"), plain_workers);
+  EXPECT_NE(x.fix.find("Set TrainingArguments dataloader_num_workers="), std::string::npos)
+      << x.fix;
+}
+
 TEST(RulesTest, InlineDataLoaderLoadingNamesNumWorkers) {
   const doctor::Run run = InlineDataLoader({"python", "main.py", "-j", "0", "data/"});
   Analysis a = Analyze(run);

@@ -6,26 +6,40 @@ torch.saves the optimizer, scheduler and RNG state). Knows nothing about
 saturate.
 
     python hf_trainer.py --steps 40 --save-steps 10 --out /tmp/hf-out
+    python hf_trainer.py --steps 30 --text-chars 20000   # input-bound: tokenizes inline
 """
 
 import argparse
+import random
+import zlib
 
 import torch
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
 
 
 class SyntheticText(torch.utils.data.Dataset):
-    """Sequences of random token ids; the label is the first token's parity."""
+    """Sequences of token ids; the label is the first token's parity. With text_chars, each
+    sample is a random text of that many characters tokenized as it is fetched (a word-hash
+    tokenizer in Python: the CPU cost of on-the-fly tokenization), else random ids."""
 
-    def __init__(self, n, seq_len, vocab):
-        self.n, self.seq_len, self.vocab = n, seq_len, vocab
+    def __init__(self, n, seq_len, vocab, text_chars=0):
+        self.n, self.seq_len, self.vocab, self.text_chars = n, seq_len, vocab, text_chars
 
     def __len__(self):
         return self.n
 
+    def tokenize(self, i):
+        rng = random.Random(i)
+        text = "".join(rng.choice("abcdefghij klmnop") for _ in range(self.text_chars))
+        ids = [zlib.crc32(word.encode()) % self.vocab for word in text.split()]
+        return torch.tensor((ids + [0] * self.seq_len)[:self.seq_len])
+
     def __getitem__(self, i):
-        g = torch.Generator().manual_seed(i)
-        ids = torch.randint(0, self.vocab, (self.seq_len,), generator=g)
+        if self.text_chars:
+            ids = self.tokenize(i)
+        else:
+            ids = torch.randint(0, self.vocab, (self.seq_len,),
+                                generator=torch.Generator().manual_seed(i))
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
                 "labels": torch.tensor(int(ids[0]) % 2)}
 
@@ -36,6 +50,8 @@ def main():
     p.add_argument("--save-steps", type=int, default=0, help="0: no checkpoints")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--text-chars", type=int, default=0,
+                   help="tokenize a text of this many characters per sample as it is fetched")
     p.add_argument("--vocab", type=int, default=30522)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
@@ -49,7 +65,7 @@ def main():
                              save_steps=a.save_steps or 500,
                              dataloader_num_workers=a.workers, use_cpu=True)
     trainer = Trainer(model=BertForSequenceClassification(config), args=args,
-                      train_dataset=SyntheticText(100_000, 64, a.vocab))
+                      train_dataset=SyntheticText(100_000, 64, a.vocab, a.text_chars))
     trainer.train()
 
 

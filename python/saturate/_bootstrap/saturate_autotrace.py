@@ -178,6 +178,13 @@ _site_strings = {}  # (file, line) -> JSON string "file:line"
 _USER, _OURS, _TORCH = 0, 1, 2
 
 
+def _library_is_internal(module):
+    """Sites inside `module`'s package count as the library's, like torch's: a
+    Hugging Face Accelerate DataLoader is "built at" the `accelerator.prepare`
+    call (the user's, or the Trainer's), not inside accelerate/data_loader.py."""
+    _internal_prefixes.append(os.path.dirname(os.path.abspath(module.__file__)) + os.sep)
+
+
 def _kind_of(filename):
     if filename.startswith(_internal_prefixes[0]):
         return _OURS
@@ -964,10 +971,15 @@ class _PostImport:
             self.busy.discard(name)
         if spec is None or spec.loader is None:
             return None
-        callbacks = self.callbacks.pop(name)
-        spec.loader = _LoaderProxy(spec.loader,
-                                   lambda module: [cb(module) for cb in callbacks])
+        # The callbacks go when the module is executed, not now: find_spec alone
+        # is also how libraries ask whether a package is installed (Hugging
+        # Face's is_torch_available), and that spec is never executed.
+        spec.loader = _LoaderProxy(spec.loader, lambda module: self._imported(name, module))
         return spec
+
+    def _imported(self, name, module):
+        for callback in self.callbacks.pop(name, []):
+            callback(module)
 
 
 _info = {"version": 1, "hooks": {}, "missing": {}}
@@ -1030,6 +1042,7 @@ def install(run_dir):
     # binds save_file by name when it imports it, so it must be wrapped by then.
     _post_import.watch("safetensors.torch",
                        lambda st: _try_hook("safetensors", _hook_safetensors, st))
+    _post_import.watch("accelerate", _safe(_library_is_internal))
 
 
 # ---- ranks (docs/ranks.md) -------------------------------------------------------------
