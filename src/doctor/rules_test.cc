@@ -603,7 +603,8 @@ TEST(RulesTest, SavesOfOneStepAreOneCheckpointAndTheTrainerSettingIsNamed) {
   for (Span& s : run.spans) {  // Lightning's ModelCheckpoint serializes with torch.save
     if (s.name == "checkpoint") s.labels["site"] = "lightning/fabric/utilities/cloud_io.py:85";
   }
-  x = Find(Analyze(run).findings, "checkpoint_stall");
+  Analysis lightning = Analyze(run);
+  x = Find(lightning.findings, "checkpoint_stall");
   ASSERT_NE(x, nullptr);
   EXPECT_NE(x->fix.find("ModelCheckpoint(every_n_train_steps=" + steps + ")"), std::string::npos)
       << x->fix;
@@ -1482,13 +1483,15 @@ TEST(RulesTest, TrainerLossCheckSyncsNameTheArgumentThatRemovesThem) {
   doctor::Run run = b.Build();
   const std::string site = "venv/lib/python3.11/site-packages/transformers/trainer.py:1919";
   run.host_syncs = {{RunBuilder::kPid, site, "bool()", "cpu", 200, 1'000'000, 0}};
-  const Finding* x = Find(Analyze(run).findings, "host_sync");
+  Analysis trainer = Analyze(run);
+  const Finding* x = Find(trainer.findings, "host_sync");
   ASSERT_NE(x, nullptr);
   EXPECT_NE(x->fix.find("TrainingArguments(logging_nan_inf_filter=False)"), std::string::npos)
       << x->fix;
 
   run.host_syncs[0].site = "train.py:42";  // the user's own bool(): the general advice only
-  x = Find(Analyze(run).findings, "host_sync");
+  Analysis own = Analyze(run);
+  x = Find(own.findings, "host_sync");
   ASSERT_NE(x, nullptr);
   EXPECT_EQ(x->fix.find("logging_nan_inf_filter"), std::string::npos) << x->fix;
 }
