@@ -29,9 +29,9 @@ JSON. Run through bench/feed_limits.sh.
 """
 import argparse
 import json
-import statistics
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time

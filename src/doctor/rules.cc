@@ -488,6 +488,12 @@ std::string ComposedWords(const ThreadPlan& plan, const ComposedStep& c) {
   return words;
 }
 
+// Whether a call site is in Hugging Face's Trainer, whose user sets its
+// loader, saves and loss checks through TrainingArguments.
+bool InTrainer(const std::string& site) {
+  return site.find("transformers/trainer") != std::string::npos;
+}
+
 // How a fix names the loader's knobs: saturate.Loader's threads and prefetch,
 // a torch DataLoader's num_workers and prefetch_factor, or, for the loader
 // Hugging Face's Trainer builds, its TrainingArguments (the keys stay the
@@ -501,7 +507,7 @@ struct Knobs {
 
 Knobs KnobsOf(const Features& f) {
   if (f.loader_kind != "torch") return {};
-  if (f.loader_site.find("transformers/trainer") != std::string::npos) {
+  if (InTrainer(f.loader_site)) {
     return {"TrainingArguments dataloader_num_workers", "num_workers",
             "TrainingArguments dataloader_prefetch_factor", "prefetch_factor"};
   }
@@ -1162,9 +1168,7 @@ std::optional<Finding> CopyRule(const Features& f, const AnalysisOptions&) {
 // Lightning, else "".
 std::string SaveIntervalKnob(const std::vector<SiteStat>& sites, const std::string& steps) {
   for (const SiteStat& s : sites) {
-    if (s.site.find("transformers/trainer") != std::string::npos) {
-      return " with TrainingArguments(save_steps=" + steps + ")";
-    }
+    if (InTrainer(s.site)) return " with TrainingArguments(save_steps=" + steps + ")";
     if (s.site.find("lightning/") != std::string::npos) {
       return " with ModelCheckpoint(every_n_train_steps=" + steps + ")";
     }
@@ -1548,7 +1552,7 @@ std::optional<Finding> TensorCoresIdleRule(const Features& f, const AnalysisOpti
 // user's script cannot move that line, but one argument turns it off.
 std::string TrainerSyncHint(const std::vector<SiteStat>& sites) {
   for (const SiteStat& s : sites) {
-    if (s.op == "bool()" && s.site.find("transformers/trainer.py") != std::string::npos) {
+    if (s.op == "bool()" && InTrainer(s.site)) {
       return Fmt(
           "The bool() at %s is Hugging Face's Trainer checking each step's loss for "
           "NaN/inf; TrainingArguments(logging_nan_inf_filter=False) removes it. ",
