@@ -68,6 +68,7 @@ __all__ = ["Checkpointer", "CheckpointWarning", "load"]
 
 _TAG = "saturate.tensor"
 _REMOTE_STEP_RE = re.compile(r"^step-(0|[1-9][0-9]*)/(.+)$")
+_STEP_DIR_RE = re.compile(r"^step-(0|[1-9][0-9]*)$")
 
 
 def _is_remote(path) -> bool:
@@ -1104,6 +1105,10 @@ def load(dir: str, map_location: Any = None, *, mmap: bool = True, info: bool = 
     With ``info=True`` returns (state, {"step", "path", "created_unix_ms"}).
     Raises CorruptionError when checkpoints exist and none verifies.
 
+    ``dir`` may also be one committed checkpoint (a ``step-N`` directory,
+    with its manifest.json): that one is verified and loaded, or
+    CorruptionError names what does not verify.
+
     An s3:// ``dir`` (``endpoint``: as the constructor's) is listed, and the
     newest committed checkpoint is downloaded and checked (every file's size
     and XXH3-64) before it is used; tensors are then views of the downloaded
@@ -1113,11 +1118,15 @@ def load(dir: str, map_location: Any = None, *, mmap: bool = True, info: bool = 
         return _load_remote(dir, map_location, info, endpoint)
     if not os.path.exists(dir):
         return (None, None) if info else None  # a first run, before any save
-    r = _core.checkpoint_load_newest(os.fspath(dir))
-    for w in r["warnings"]:
-        warnings.warn(f"saturate checkpoint: {w}", CheckpointWarning, stacklevel=2)
-    if not r["found"]:
-        return (None, None) if info else None
+    if _STEP_DIR_RE.match(os.path.basename(os.path.normpath(dir))) or \
+            os.path.exists(os.path.join(dir, "manifest.json")):
+        r = _core.checkpoint_verify(os.fspath(dir))  # one checkpoint, not a directory of them
+    else:
+        r = _core.checkpoint_load_newest(os.fspath(dir))
+        for w in r["warnings"]:
+            warnings.warn(f"saturate checkpoint: {w}", CheckpointWarning, stacklevel=2)
+        if not r["found"]:
+            return (None, None) if info else None
     with open(r["metadata_file"], "rb") as f:
         wrapper = _Rebuilder(f, r["tensors"], map_location, mmap).load()
     state = wrapper["state"]

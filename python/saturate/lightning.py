@@ -17,6 +17,14 @@ does not run over into the next); Lightning keeps the training loader's position
 checkpoints, so a run resumed mid-epoch continues with the next unseen batch. Evaluation
 loaders do not shuffle and start from their first batch at every pass.
 
+``SaturateCheckpointIO`` writes Lightning's checkpoints through ``saturate.Checkpointer``:
+training stops only while the state is copied to host memory, and a C++ thread writes,
+fsyncs and commits it in the background::
+
+    trainer = L.Trainer(plugins=[SaturateCheckpointIO()],
+                        callbacks=[ModelCheckpoint(dirpath="ckpt", every_n_train_steps=500)])
+    trainer.fit(model, datamodule=data, ckpt_path="last")   # resumes from ckpt/last.ckpt
+
 The callback marks forward, backward and optimizer spans and one ``saturate.step()`` per
 optimizer update, which ``saturate doctor`` reads; the loader records its own waits.
 Spans are recorded under ``saturate doctor``/``watch`` (SATURATE_RUN_DIR) or into
@@ -25,8 +33,12 @@ Spans are recorded under ``saturate doctor``/``watch`` (SATURATE_RUN_DIR) or int
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Any, Dict, Optional, Union
+import shutil
+import threading
+import time
+from typing import Any, Dict, List, Optional, Union
 
 try:
     import lightning.pytorch as pl
@@ -39,6 +51,9 @@ except ImportError:  # the older, separate package
 
 from . import _trace
 from ._watch import watch as _watch
+from .checkpoint import Checkpointer, load as _load_checkpoint
+from .dist_checkpoint import _write_atomic
+from .errors import CorruptionError
 from .loader import Loader
 
 PathLike = Union[str, os.PathLike]
@@ -251,4 +266,212 @@ class SaturateCallback(pl.Callback):
             _trace.flush()
 
 
-__all__ = ["SaturateDataModule", "SaturateCallback"]
+_REF_FORMAT = "saturate-checkpoint-ref"
+_STORE = ".saturate-checkpoints"  # beside the checkpoint files, in ModelCheckpoint's dirpath
+
+
+class _Store:
+    """One directory's checkpoint data: its Checkpointer (and host pool), the saves taken,
+    the next step id (ids follow the ones already there)."""
+
+    def __init__(self, dir: str, copy_threads: int, max_in_flight: int):
+        self.dir = dir
+        self.writer = Checkpointer(dir, keep=2**31 - 1, copy_threads=copy_threads,
+                                   max_in_flight=max_in_flight)  # Lightning decides what goes
+        self.saves = 0
+        self.next_id = max((step for step, _ in Checkpointer.list(dir)), default=-1) + 1
+
+
+class _Publish:
+    """A save whose reference file is written once the engine has committed it."""
+
+    def __init__(self, store: _Store, step_id: int, path: str, global_step: Any):
+        self.writer, self.nth = store.writer, store.saves  # done once `nth` writes ended
+        self.path, self.global_step = path, global_step
+        self.step_dir = os.path.join(store.dir, f"step-{step_id}")
+
+
+def _read_ref(path: str) -> Optional[str]:
+    """The checkpoint directory a reference file names, or None when ``path`` is not one
+    (a torch.save file, or missing)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+    if not head.startswith(b"{"):
+        return None
+    try:
+        ref = json.loads(head)
+    except ValueError:
+        return None
+    if not isinstance(ref, dict) or ref.get("format") != _REF_FORMAT:
+        return None
+    return os.path.join(os.path.dirname(os.path.abspath(path)), ref["checkpoint"])
+
+
+class SaturateCheckpointIO(pl.plugins.CheckpointIO):
+    """Lightning's checkpoint I/O through ``saturate.Checkpointer``:
+    ``Trainer(plugins=[SaturateCheckpointIO()])``.
+
+    ``save_checkpoint`` returns once the state's tensors are copied into a reusable host
+    pool (page-locked for CUDA tensors); a C++ thread writes, fsyncs and commits it, while
+    training goes on. The data of a checkpoint Lightning names ``dir/NAME.ckpt`` lives in
+    ``dir/.saturate-checkpoints/step-K/`` (saturate's format, checksummed), and
+    ``dir/NAME.ckpt`` becomes a small reference file naming it, written (atomically) only
+    after that checkpoint committed: a ``.ckpt`` path always names a whole checkpoint, and
+    a job killed mid-write keeps its previous ``last.ckpt``.
+
+    ``load_checkpoint`` (``trainer.fit(ckpt_path=...)``, ``"last"`` included) verifies the
+    checksums and reads tensors as copy-on-write maps of the files; plain ``torch.save``
+    checkpoints load too (a run started without the plugin resumes with it). Overwriting
+    or removing a ``.ckpt`` (top-k, ``last.ckpt``) removes the data no other ``.ckpt`` in
+    its directory names. ``LightningModule.load_from_checkpoint`` reads with
+    ``torch.load``, not through the plugin: load with
+    ``SaturateCheckpointIO().load_checkpoint(path)`` there.
+
+    Local paths only. Args: ``copy_threads``, ``max_in_flight``: as ``saturate.Checkpointer``'s
+    (a save while ``max_in_flight`` writes run waits for one). The default, 2, lets the
+    ``last.ckpt`` save that ``save_last=True`` makes right after a top-k save go on without
+    waiting for the first write, at the cost of a second host buffer the size of the state.
+    Thread-safety: Lightning's calls come from the training thread; one helper thread
+    publishes the reference files.
+    """
+
+    _POLL_S = 0.01  # how often the helper looks at the writer's commit count
+
+    def __init__(self, *, copy_threads: int = 0, max_in_flight: int = 2):
+        self.copy_threads, self.max_in_flight = copy_threads, max_in_flight
+        self._stores: Dict[str, _Store] = {}  # by directory
+        self._pending: List[_Publish] = []  # in save order; the helper publishes them
+        self._cv = threading.Condition()
+        self._publisher: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None  # the helper's, raised on the next call
+
+    # ---- Lightning's CheckpointIO ----
+
+    def save_checkpoint(self, checkpoint: Dict[str, Any], path, storage_options=None) -> None:
+        if storage_options is not None:
+            raise TypeError("SaturateCheckpointIO.save_checkpoint: storage_options is not "
+                            f"supported (got {storage_options!r})")
+        path = os.path.abspath(os.fspath(path))
+        if "://" in path:
+            raise ValueError(f"SaturateCheckpointIO: {path}: local paths only")
+        self._raise_error()
+        dir = os.path.join(os.path.dirname(path), _STORE)
+        store = self._stores.get(dir)
+        if store is None:
+            store = self._stores[dir] = _Store(dir, self.copy_threads, self.max_in_flight)
+        step_id = store.next_id
+        store.next_id += 1
+        store.writer.save(checkpoint, step_id)  # raises an earlier write's failure
+        store.saves += 1
+        with self._cv:
+            self._pending.append(_Publish(store, step_id, path, checkpoint.get("global_step")))
+            if self._publisher is None:
+                self._publisher = threading.Thread(target=self._publish_loop, daemon=True,
+                                                   name="saturate-ckpt-publish")
+                self._publisher.start()
+
+    def load_checkpoint(self, path, map_location: Any = None, weights_only: Any = None):
+        path = os.fspath(path)
+        self._wait_published(path)
+        target = _read_ref(path)
+        if target is None:
+            return pl.plugins.TorchCheckpointIO().load_checkpoint(
+                path, **({} if map_location is None else {"map_location": map_location}),
+                weights_only=weights_only)
+        if callable(map_location):
+            raise TypeError(f"SaturateCheckpointIO.load_checkpoint: {path}: map_location must "
+                            "be a device (or None: where each tensor was saved), not a function")
+        if not os.path.isdir(target):
+            raise CorruptionError(f"{path}: names {target}, which is missing")
+        try:
+            return _load_checkpoint(target, map_location)
+        except CorruptionError as e:
+            raise CorruptionError(f"{path}: {e}") from None
+
+    def remove_checkpoint(self, path) -> None:
+        path = os.path.abspath(os.fspath(path))
+        self._wait_published(path)
+        target = _read_ref(path)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
+        if target is not None:
+            self._drop_unreferenced(target)
+
+    def teardown(self) -> None:
+        """Waits until every save committed and its reference file is written (Lightning
+        calls it at the end of fit); raises a write's failure."""
+        writers = [store.writer for store in self._stores.values()]
+        try:
+            for w in writers:
+                w.wait()
+            self._wait_published(None)
+            self._raise_error()
+        finally:
+            self._stores = {}
+            for w in writers:
+                w.close()
+
+    # ---- internals ----
+
+    def _publish_loop(self) -> None:
+        while True:
+            with self._cv:
+                if not self._pending:
+                    self._publisher = None  # the next save starts another
+                    return
+                item = self._pending[0]
+            # The engine's counters, the one call its header allows from any thread (the
+            # Checkpointer itself is the training thread's).
+            stats = item.writer._core.stats()
+            if stats["commits"] + stats["failed"] < item.nth:
+                time.sleep(self._POLL_S)
+                continue
+            try:
+                if os.path.isdir(item.step_dir):  # committed (failed writes leave no step dir)
+                    self._publish(item)
+            except OSError as e:  # the reference could not be written: the save is lost
+                self._error = self._error or e
+            with self._cv:
+                self._pending.pop(0)
+                self._cv.notify_all()
+
+    def _publish(self, item: _Publish) -> None:
+        old = _read_ref(item.path)
+        ref = {"format": _REF_FORMAT, "format_version": 1,
+               "checkpoint": os.path.relpath(item.step_dir, os.path.dirname(item.path)),
+               "global_step": item.global_step}
+        _write_atomic(item.path, json.dumps(ref).encode() + b"\n")
+        if old is not None and os.path.normpath(old) != os.path.normpath(item.step_dir):
+            self._drop_unreferenced(old)
+
+    def _raise_error(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _wait_published(self, path: Optional[str]) -> None:
+        """Until no pending save targets ``path`` (None: none at all)."""
+        with self._cv:
+            while any(path is None or p.path == os.path.abspath(path) for p in self._pending):
+                self._cv.wait()
+
+    @staticmethod
+    def _drop_unreferenced(step_dir: str) -> None:
+        """Removes a checkpoint's data unless a reference file beside its store names it."""
+        step_dir = os.path.normpath(step_dir)
+        if os.path.basename(os.path.dirname(step_dir)) != _STORE:
+            return  # not data this plugin wrote
+        ckpt_dir = os.path.dirname(os.path.dirname(step_dir))
+        for name in os.listdir(ckpt_dir):
+            other = _read_ref(os.path.join(ckpt_dir, name))
+            if other is not None and os.path.normpath(other) == step_dir:
+                return
+        shutil.rmtree(step_dir, ignore_errors=True)
+
+
+__all__ = ["SaturateDataModule", "SaturateCallback", "SaturateCheckpointIO"]

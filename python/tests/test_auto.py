@@ -637,6 +637,34 @@ def test_doctor_names_the_torch_save_site(tmp_path):
     assert site_in(stalls[0], "save_every_n.py", line), stalls[0]
 
 
+def test_a_lightning_script_is_told_of_the_plugin_that_ends_its_checkpoint_stall(tmp_path):
+    """ModelCheckpoint's torch.save stalls a Lightning loop: doctor finds it at Lightning's save
+    site and names saturate's checkpoint plugin and ModelCheckpoint's interval; the same script
+    with the plugin (its one changed line) saves as often with no stall left. Runs in CI's
+    torch 2 line, named apart from the test_doctor_* tests it leaves out."""
+    pytest.importorskip("lightning", reason="PyTorch Lightning is not installed in this "
+                        "environment (scripts/torch2-env.sh puts it in .venv-torch2)")
+    steps, every = 40, 5
+    reports = {}
+    for io in ("torch", "saturate"):
+        reports[io] = doctor(tmp_path / f"run-{io}", [
+            sys.executable, script("lightning_train.py"), "--steps", str(steps), "--save-every",
+            str(every), "--io", io, "--out", str(tmp_path / f"ckpt-{io}")])
+    report, stdout = reports["torch"]
+    recorded(check_shape(report), steps=steps)
+    (stall,) = findings_of(report, "checkpoint_stall")
+    assert not stall["info"], stdout
+    assert any("lightning/" in s["site"] for s in stall["sites"]), stall["sites"]
+    assert "Trainer(plugins=[saturate.lightning.SaturateCheckpointIO()])" in stall["fix"], stdout
+    assert "ModelCheckpoint(every_n_train_steps=" in stall["fix"], stdout
+
+    report, stdout = reports["saturate"]
+    features = check_shape(report)
+    recorded(features, steps=steps)
+    assert features["checkpoints"] == steps // every, features
+    assert not findings_of(report, "checkpoint_stall"), stdout
+
+
 def test_a_hugging_face_trainer_script_is_explained(tmp_path):
     """The Trainer saves five files a checkpoint (weights with safetensors, then torch.save of
     the optimizer, scheduler, RNG state, arguments) and tests each step's loss for NaN/inf on

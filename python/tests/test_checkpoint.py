@@ -146,6 +146,13 @@ def test_flipped_byte_is_detected_and_that_checkpoint_skipped(tmp_path, victim):
     assert any(victim in str(w.message) for w in record)
     with pytest.raises(saturate.errors.CorruptionError, match=victim):
         saturate.Checkpointer.verify(str(tmp_path / "step-2"))
+    # One checkpoint by its own path: that one, verified (no fallback to another).
+    assert saturate.Checkpointer.load(tmp_path / "step-1")["step"] == 1
+    with pytest.raises(saturate.errors.CorruptionError, match=victim):
+        saturate.Checkpointer.load(tmp_path / "step-2")
+    with pytest.raises(saturate.errors.CorruptionError, match="step-3/manifest.json: missing"):
+        (tmp_path / "step-3").mkdir()
+        saturate.Checkpointer.load(tmp_path / "step-3")
 
 
 def test_failed_write_raises_and_leaves_the_previous_checkpoint(tmp_path):

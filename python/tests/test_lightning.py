@@ -11,6 +11,8 @@ Runs in the torch 2 line of CI (scripts/torch2-env.sh installs lightning into
 import glob
 import json
 import os
+import resource
+import signal
 import subprocess
 
 import pytest
@@ -25,7 +27,9 @@ except ImportError:
 
 import saturate  # noqa: E402
 from saturate import transforms as T  # noqa: E402
-from saturate.lightning import SaturateCallback, SaturateDataModule  # noqa: E402
+from saturate.errors import CorruptionError  # noqa: E402
+from saturate.lightning import (SaturateCallback, SaturateCheckpointIO,  # noqa: E402
+                                SaturateDataModule)
 
 from conftest import DIGITS, HERE, torchrun_env, torchrun_job  # noqa: E402
 
@@ -99,23 +103,117 @@ def test_a_limited_epoch_does_not_run_into_the_next(digits, tmp_path):
     assert model.train_labels == first + second
 
 
-def test_resume_mid_epoch_continues_with_the_next_batch(digits, tmp_path):
+@pytest.mark.parametrize("io", ["torch", "saturate"])
+def test_resume_mid_epoch_continues_with_the_next_batch(digits, tmp_path, io):
+    # Lightning's own checkpoint files, or saturate's asynchronous checkpoint I/O.
+    plugins = (lambda: [SaturateCheckpointIO()]) if io == "saturate" else list
     # A whole run that checkpoints every 4 steps (mid-epoch: 11 batches an epoch)...
     ckpts = tmp_path / "ckpt"
     whole = Recorder()
     every4 = pl.callbacks.ModelCheckpoint(dirpath=str(ckpts), every_n_train_steps=4,
                                           save_top_k=-1, filename="{step}")
-    trainer(tmp_path, enable_checkpointing=True, callbacks=[every4]).fit(
+    trainer(tmp_path, enable_checkpointing=True, callbacks=[every4], plugins=plugins()).fit(
         whole, datamodule=SaturateDataModule(digits, batch_size=BATCH, threads=2, seed=7))
     assert {"step=4.ckpt", "step=12.ckpt"} <= set(os.listdir(ckpts))
 
     # ...and new runs, in fresh loaders, resumed from step 4 (epoch 0) and 12 (epoch 1).
     for step in (4, 12):
         resumed = Recorder()
-        trainer(tmp_path).fit(
+        trainer(tmp_path, plugins=plugins()).fit(
             resumed, datamodule=SaturateDataModule(digits, batch_size=BATCH, threads=2, seed=7),
             ckpt_path=str(ckpts / f"step={step}.ckpt"))
         assert resumed.train_labels == whole.train_labels[step:], step
+
+
+def refs(ckpts):
+    """{name: the step directory it names} of the reference files in ckpts."""
+    out = {}
+    for name in os.listdir(ckpts):
+        if name.endswith(".ckpt"):
+            with open(ckpts / name) as f:
+                out[name] = json.load(f)["checkpoint"]
+    return out
+
+
+def test_checkpoint_io_keeps_what_lightning_keeps_and_resumes_from_last(digits, tmp_path):
+    """Top-k eviction and last.ckpt under SaturateCheckpointIO: the .ckpt names Lightning
+    keeps, each naming committed data, nothing else left in the store, and a resume from
+    "last" continuing with the batch after it."""
+    ckpts = tmp_path / "ckpt"
+    whole = Recorder()
+    best2 = pl.callbacks.ModelCheckpoint(dirpath=str(ckpts), every_n_train_steps=3,
+                                         monitor="step", mode="max", save_top_k=2,
+                                         save_last=True, filename="{step}")
+    trainer(tmp_path, enable_checkpointing=True, callbacks=[best2],
+            plugins=[SaturateCheckpointIO()]).fit(
+        whole, datamodule=SaturateDataModule(digits, batch_size=BATCH, threads=2, seed=5))
+    names = refs(ckpts)
+    assert set(names) == {"step=18.ckpt", "step=21.ckpt", "last.ckpt"}, names
+    store = ckpts / ".saturate-checkpoints"
+    assert set(os.listdir(ckpts)) == set(names) | {store.name}
+    assert sorted(os.listdir(store)) == sorted(os.path.basename(d) for d in names.values())
+
+    io = SaturateCheckpointIO()
+    last = io.load_checkpoint(ckpts / "last.ckpt")
+    assert last["global_step"] == 21
+    same = io.load_checkpoint(ckpts / "step=21.ckpt")
+    assert torch.equal(last["state_dict"]["layer.weight"], same["state_dict"]["layer.weight"])
+
+    resumed = Recorder()
+    trainer(tmp_path, plugins=[SaturateCheckpointIO()], enable_checkpointing=True,
+            callbacks=[pl.callbacks.ModelCheckpoint(dirpath=str(ckpts))]).fit(
+        resumed, datamodule=SaturateDataModule(digits, batch_size=BATCH, threads=2, seed=5),
+        ckpt_path="last")
+    assert resumed.train_labels == whole.train_labels[21:]
+
+
+def test_checkpoint_io_reference_files_name_whole_checkpoints(tmp_path):
+    """A .ckpt is a reference written after its data committed; overwriting one drops the
+    data it named; a missing or damaged checkpoint is an error naming the .ckpt; a
+    torch.save file still loads (a run started without the plugin resumes with it)."""
+    io = SaturateCheckpointIO()
+    path = tmp_path / "a.ckpt"
+    io.save_checkpoint({"w": torch.arange(6.0), "global_step": 1}, path)
+    io.save_checkpoint({"w": torch.arange(6.0) * 2, "global_step": 2}, path)
+    io.teardown()
+    assert torch.equal(io.load_checkpoint(path)["w"], torch.arange(6.0) * 2)
+    store = tmp_path / ".saturate-checkpoints"
+    assert os.listdir(store) == ["step-1"]  # step-0, overwritten, is gone
+
+    with open(store / "step-1" / "tensors.bin", "r+b") as f:
+        f.write(b"\xff")
+    with pytest.raises(CorruptionError, match="a.ckpt.*tensors.bin"):
+        io.load_checkpoint(path)
+    io.remove_checkpoint(path)
+    assert os.listdir(tmp_path) == [store.name] and os.listdir(store) == []
+
+    io.save_checkpoint({"w": torch.ones(2)}, path)
+    io.teardown()
+    [step] = os.listdir(store)
+    (store / step / "manifest.json").unlink()  # e.g. a store copied without it
+    with pytest.raises(CorruptionError, match="a.ckpt.*manifest.json: missing"):
+        io.load_checkpoint(path)
+
+    plain = tmp_path / "plain.ckpt"
+    torch.save({"w": torch.full((2,), 7.0)}, plain)
+    assert torch.equal(io.load_checkpoint(plain)["w"], torch.full((2,), 7.0))
+
+    # A write that fails (files capped at 1 MiB) leaves the .ckpt naming the checkpoint
+    # before it, and teardown (the end of fit) raises it.
+    good = tmp_path / "good.ckpt"
+    io.save_checkpoint({"w": torch.ones(4)}, good)
+    io.teardown()
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, old_limit[1]))
+    try:
+        io.save_checkpoint({"w": torch.zeros(1 << 20)}, good)
+        with pytest.raises(saturate.errors.IOError, match="tensors.bin.*too large"):
+            io.teardown()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert torch.equal(io.load_checkpoint(good)["w"], torch.ones(4))
 
 
 def test_lightning_holds_one_large_batch_at_a_time(photos, tmp_path):

@@ -1163,17 +1163,29 @@ std::optional<Finding> CopyRule(const Features& f, const AnalysisOptions&) {
   return x;
 }
 
+bool InLightning(const std::string& site) { return site.find("lightning/") != std::string::npos; }
+
 // Where a framework that saves for the user takes the interval: " with
 // <setting>=<steps>" when a save site is in Hugging Face's Trainer or
 // Lightning, else "".
 std::string SaveIntervalKnob(const std::vector<SiteStat>& sites, const std::string& steps) {
   for (const SiteStat& s : sites) {
     if (InTrainer(s.site)) return " with TrainingArguments(save_steps=" + steps + ")";
-    if (s.site.find("lightning/") != std::string::npos) {
-      return " with ModelCheckpoint(every_n_train_steps=" + steps + ")";
-    }
+    if (InLightning(s.site)) return " with ModelCheckpoint(every_n_train_steps=" + steps + ")";
   }
   return "";
+}
+
+// How to make the saves asynchronous: Lightning takes saturate's checkpoint
+// I/O as a plugin; elsewhere the loop calls saturate.Checkpointer itself.
+std::string AsyncSaveHow(const std::vector<SiteStat>& sites) {
+  for (const SiteStat& s : sites) {
+    if (InLightning(s.site)) {
+      return "Trainer(plugins=[saturate.lightning.SaturateCheckpointIO()]) snapshots to memory "
+             "and writes in the background";
+    }
+  }
+  return "saturate.Checkpointer snapshots to memory and writes in the background";
 }
 
 std::optional<Finding> CheckpointRule(const Features& f, const AnalysisOptions& options) {
@@ -1207,10 +1219,10 @@ std::optional<Finding> CheckpointRule(const Features& f, const AnalysisOptions& 
     if (f.steps > 0) now += Fmt(", %.0f steps", double(f.steps) / double(f.checkpoints));
     now += ")";
   }
-  x.fix = where + Fmt("Write checkpoints asynchronously (saturate.Checkpointer snapshots to "
-                      "memory and writes in the background), and checkpoint every %s%s: "
+  x.fix = where + Fmt("Write checkpoints asynchronously (%s), and checkpoint every %s%s: "
                       "Young's interval sqrt(2 x %.3g s x MTBF) with an assumed MTBF of %.0f h.",
-                      every.c_str(), now.c_str(), cost_s, options.assumed_mtbf_s / 3600);
+                      AsyncSaveHow(f.checkpoint_sites).c_str(), every.c_str(), now.c_str(), cost_s,
+                      options.assumed_mtbf_s / 3600);
   x.fix_value = {{"checkpoint_interval_s", interval_s}};
   const double after_s = f.checkpoint_after_s.value_or(0);
   if (after_s > 0) {

@@ -608,6 +608,13 @@ TEST(RulesTest, SavesOfOneStepAreOneCheckpointAndTheTrainerSettingIsNamed) {
   ASSERT_NE(x, nullptr);
   EXPECT_NE(x->fix.find("ModelCheckpoint(every_n_train_steps=" + steps + ")"), std::string::npos)
       << x->fix;
+  EXPECT_NE(x->fix.find("Trainer(plugins=[saturate.lightning.SaturateCheckpointIO()])"),
+            std::string::npos)
+      << x->fix;
+  x = Find(a.findings, "checkpoint_stall");  // the Trainer's saves: no Lightning plugin named
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->fix.find("SaturateCheckpointIO"), std::string::npos) << x->fix;
+  EXPECT_NE(x->fix.find("(saturate.Checkpointer snapshots"), std::string::npos) << x->fix;
 }
 
 // A save also slows the steps after it (dirty pages written back): that
