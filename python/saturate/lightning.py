@@ -354,9 +354,10 @@ class SaturateCheckpointIO(pl.plugins.CheckpointIO):
         if storage_options is not None:
             raise TypeError("SaturateCheckpointIO.save_checkpoint: storage_options is not "
                             f"supported (got {storage_options!r})")
-        path = os.path.abspath(os.fspath(path))
+        path = os.fspath(path)
         if "://" in path:
             raise ValueError(f"SaturateCheckpointIO: {path}: local paths only")
+        path = os.path.abspath(path)
         self._raise_error()
         dir = os.path.join(os.path.dirname(path), _STORE)
         store = self._stores.get(dir)

@@ -194,6 +194,9 @@ def test_checkpoint_io_reference_files_name_whole_checkpoints(tmp_path):
     with pytest.raises(CorruptionError, match="a.ckpt.*manifest.json: missing"):
         io.load_checkpoint(path)
 
+    with pytest.raises(ValueError, match="s3://b/c.ckpt: local paths only"):
+        io.save_checkpoint({"w": torch.ones(1)}, "s3://b/c.ckpt")
+
     plain = tmp_path / "plain.ckpt"
     torch.save({"w": torch.full((2,), 7.0)}, plain)
     assert torch.equal(io.load_checkpoint(plain)["w"], torch.full((2,), 7.0))
