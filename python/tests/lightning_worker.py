@@ -1,6 +1,7 @@
 """One rank of test_lightning.py's DDP job (torchrun, 2 CPU ranks, Gloo): fits a linear model
 fed by SaturateDataModule for 2 epochs and writes OUT_DIR/rank<R>.json: the labels of every
-batch it trained on, and the rank and world size its loader took.
+batch it trained on, and the rank and world size its loader took. Lightning checkpoints each
+epoch into OUT_DIR/ckpt through SaturateCheckpointIO (rank 0 saves).
 
 usage: lightning_worker.py DATASET OUT_DIR
 """
@@ -16,7 +17,7 @@ try:
 except ImportError:
     import pytorch_lightning as pl
 
-from saturate.lightning import SaturateCallback, SaturateDataModule
+from saturate.lightning import SaturateCallback, SaturateCheckpointIO, SaturateDataModule
 
 dataset, out_dir = sys.argv[1], sys.argv[2]
 
@@ -44,9 +45,11 @@ class Recorder(pl.LightningModule):
 data = SaturateDataModule(dataset, batch_size=8, threads=1, seed=3)
 model = Recorder()
 callback = SaturateCallback(os.path.join(out_dir, "run"))
+each_epoch = pl.callbacks.ModelCheckpoint(dirpath=os.path.join(out_dir, "ckpt"), save_last=True)
 trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False,
                      enable_progress_bar=False, enable_model_summary=False,
-                     enable_checkpointing=False, default_root_dir=out_dir, callbacks=[callback])
+                     default_root_dir=out_dir, callbacks=[callback, each_epoch],
+                     plugins=[SaturateCheckpointIO()])
 trainer.fit(model, datamodule=data)
 with open(os.path.join(out_dir, f"rank{trainer.global_rank}.json"), "w") as f:
     json.dump({"global_rank": trainer.global_rank, "world_size": trainer.world_size,

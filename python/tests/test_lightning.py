@@ -279,7 +279,8 @@ def test_callback_records_phases_and_one_step_per_update(digits, tmp_path):
 def test_ddp_ranks_each_read_their_own_shard(digits, tmp_path):
     """Lightning's DDP over 2 CPU processes (torchrun, Gloo on 127.0.0.1): each rank's loader,
     made when Lightning asks for it, takes its rank from torch.distributed and trains on
-    its shard, as saturate splits it without Lightning; the replicas stay equal."""
+    its shard, as saturate splits it without Lightning; the replicas stay equal. Rank 0 alone
+    writes the checkpoints through SaturateCheckpointIO, and the last holds the final model."""
     out = tmp_path / "out"
     out.mkdir()
     done = subprocess.run(torchrun_job(2, os.path.join(HERE, "lightning_worker.py"), digits,
@@ -300,3 +301,8 @@ def test_ddp_ranks_each_read_their_own_shard(digits, tmp_path):
         assert r["labels"] == expected, rank
         assert r["steps"] == 2 * batches
     assert ranks[0]["weight_sum"] == ranks[1]["weight_sum"]
+    ckpts = out / "ckpt"
+    assert set(refs(ckpts)) == {f"epoch=1-step={2 * batches}.ckpt", "last.ckpt"}, refs(ckpts)
+    last = SaturateCheckpointIO().load_checkpoint(ckpts / "last.ckpt")
+    assert last["global_step"] == 2 * batches
+    assert float(last["state_dict"]["layer.weight"].double().sum()) == ranks[0]["weight_sum"]
