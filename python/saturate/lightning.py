@@ -272,14 +272,21 @@ _STORE = ".saturate-checkpoints"  # beside the checkpoint files, in ModelCheckpo
 
 class _Store:
     """One directory's checkpoint data: its Checkpointer (and host pool), the saves taken,
-    the next step id (ids follow the ones already there)."""
+    the next step id (ids follow the ones already there). Opening it removes what an earlier
+    run left unnamed: interrupted writes (the Checkpointer does) and committed checkpoints
+    whose reference was never written (the job ended between the commit and the reference)."""
 
     def __init__(self, dir: str, copy_threads: int, max_in_flight: int):
         self.dir = dir
         self.writer = Checkpointer(dir, keep=2**31 - 1, copy_threads=copy_threads,
                                    max_in_flight=max_in_flight)  # Lightning decides what goes
         self.saves = 0
-        self.next_id = max((step for step, _ in Checkpointer.list(dir)), default=-1) + 1
+        committed = Checkpointer.list(dir)
+        named = _referenced(os.path.dirname(dir))
+        for _, path in committed:
+            if os.path.normpath(path) not in named:
+                shutil.rmtree(path, ignore_errors=True)
+        self.next_id = max((step for step, _ in committed), default=-1) + 1
 
 
 class _Publish:
@@ -289,6 +296,16 @@ class _Publish:
         self.writer, self.nth = store.writer, store.saves  # done once `nth` writes ended
         self.path, self.global_step = path, global_step
         self.step_dir = os.path.join(store.dir, f"step-{step_id}")
+
+
+def _referenced(ckpt_dir: str) -> set:
+    """The checkpoint directories the reference files in ``ckpt_dir`` name (normalized)."""
+    named = set()
+    for name in os.listdir(ckpt_dir):
+        target = _read_ref(os.path.join(ckpt_dir, name))
+        if target is not None:
+            named.add(os.path.normpath(target))
+    return named
 
 
 def _read_ref(path: str) -> Optional[str]:
@@ -467,12 +484,8 @@ class SaturateCheckpointIO(pl.plugins.CheckpointIO):
         step_dir = os.path.normpath(step_dir)
         if os.path.basename(os.path.dirname(step_dir)) != _STORE:
             return  # not data this plugin wrote
-        ckpt_dir = os.path.dirname(os.path.dirname(step_dir))
-        for name in os.listdir(ckpt_dir):
-            other = _read_ref(os.path.join(ckpt_dir, name))
-            if other is not None and os.path.normpath(other) == step_dir:
-                return
-        shutil.rmtree(step_dir, ignore_errors=True)
+        if step_dir not in _referenced(os.path.dirname(os.path.dirname(step_dir))):
+            shutil.rmtree(step_dir, ignore_errors=True)
 
 
 __all__ = ["SaturateDataModule", "SaturateCallback", "SaturateCheckpointIO"]

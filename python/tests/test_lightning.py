@@ -126,12 +126,15 @@ def test_resume_mid_epoch_continues_with_the_next_batch(digits, tmp_path, io):
 
 
 def refs(ckpts):
-    """{name: the step directory it names} of the reference files in ckpts."""
+    """{name: the step directory it names} of the reference files in ckpts (torch.save
+    files left out)."""
     out = {}
     for name in os.listdir(ckpts):
         if name.endswith(".ckpt"):
-            with open(ckpts / name) as f:
-                out[name] = json.load(f)["checkpoint"]
+            with open(ckpts / name, "rb") as f:
+                data = f.read()
+            if data.startswith(b"{"):
+                out[name] = json.loads(data)["checkpoint"]
     return out
 
 
@@ -200,6 +203,16 @@ def test_checkpoint_io_reference_files_name_whole_checkpoints(tmp_path):
     plain = tmp_path / "plain.ckpt"
     torch.save({"w": torch.full((2,), 7.0)}, plain)
     assert torch.equal(io.load_checkpoint(plain)["w"], torch.full((2,), 7.0))
+
+    # Data committed by a job that ended before writing its reference is named by no .ckpt:
+    # the next run's first save in that directory removes it.
+    orphan = saturate.Checkpointer(store, keep=100)
+    orphan.save({"w": torch.ones(3)}, 50)
+    orphan.close()
+    io.save_checkpoint({"w": torch.ones(2)}, tmp_path / "next.ckpt")
+    io.teardown()
+    assert "step-50" not in os.listdir(store)
+    assert sorted(os.listdir(store)) == sorted(os.path.basename(d) for d in refs(tmp_path).values())
 
     # A write that fails (files capped at 1 MiB) leaves the .ckpt naming the checkpoint
     # before it, and teardown (the end of fit) raises it.
