@@ -1062,8 +1062,24 @@ def _remote_steps(names: List[str]) -> Tuple[List[int], List[int]]:
     return committed, partial
 
 
+def _state_from(m: Dict[str, Any], buffers: Dict[str, bytearray], url: str, map_location,
+                info: bool):
+    """The state of a downloaded, verified checkpoint (tensors are views of ``buffers``)."""
+    rebuilder = _Rebuilder(io.BytesIO(bytes(buffers[m["metadata_file"]])), m["tensors"],
+                           map_location, False)
+    rebuilder.files = buffers  # _map_file finds each file's buffer by name
+    state = rebuilder.load()["state"]
+    if info:
+        return state, {"step": m["step"], "path": url, "created_unix_ms": m["created_unix_ms"]}
+    return state
+
+
 def _load_remote(url: str, map_location, info: bool, endpoint: Optional[str]):
     url = url.rstrip("/")
+    base, name = url.rsplit("/", 1)
+    if _STEP_DIR_RE.match(name):  # one checkpoint: that one, verified
+        m, buffers = _fetch_verified(_core.ObjectStore(base, endpoint or ""), name)
+        return _state_from(m, buffers, url, map_location, info)
     store = _core.ObjectStore(url, endpoint or "")
     committed, partial = _remote_steps(store.list())
     for step in partial:
@@ -1078,14 +1094,7 @@ def _load_remote(url: str, map_location, info: bool, endpoint: Optional[str]):
             reasons.append(f"{url}/step-{step}: skipped: {e}")
             warnings.warn(f"saturate checkpoint: {reasons[-1]}", CheckpointWarning, stacklevel=3)
             continue
-        rebuilder = _Rebuilder(io.BytesIO(bytes(buffers[m["metadata_file"]])), m["tensors"],
-                               map_location, False)
-        rebuilder.files = buffers  # _map_file finds each file's buffer by name
-        state = rebuilder.load()["state"]
-        if info:
-            return state, {"step": m["step"], "path": f"{url}/step-{step}",
-                           "created_unix_ms": m["created_unix_ms"]}
-        return state
+        return _state_from(m, buffers, f"{url}/step-{step}", map_location, info)
     if committed:
         raise CorruptionError(f"no checkpoint in {url} verifies:\n  " + "\n  ".join(reasons))
     return (None, None) if info else None
@@ -1105,9 +1114,9 @@ def load(dir: str, map_location: Any = None, *, mmap: bool = True, info: bool = 
     With ``info=True`` returns (state, {"step", "path", "created_unix_ms"}).
     Raises CorruptionError when checkpoints exist and none verifies.
 
-    ``dir`` may also be one committed checkpoint (a ``step-N`` directory,
-    with its manifest.json): that one is verified and loaded, or
-    CorruptionError names what does not verify.
+    ``dir`` may also be one committed checkpoint (a ``step-N`` directory or
+    s3:// prefix, with its manifest.json): that one is verified and loaded,
+    or CorruptionError names what does not verify.
 
     An s3:// ``dir`` (``endpoint``: as the constructor's) is listed, and the
     newest committed checkpoint is downloaded and checked (every file's size

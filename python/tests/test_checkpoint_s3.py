@@ -98,6 +98,12 @@ def test_checkpointer_round_trip_multipart_retention_and_fallback(s3):
     assert_state(state, 2)
     with pytest.raises(CorruptionError, match="step-3/tensors.bin"):
         saturate.Checkpointer.verify(f"{loc}/step-3")
+    # One checkpoint by its own prefix: that one, verified (no fallback to another).
+    state, info = saturate.Checkpointer.load(f"{loc}/step-2", info=True)
+    assert info["step"] == 2 and info["path"] == f"{loc}/step-2"
+    assert_state(state, 2)
+    with pytest.raises(CorruptionError, match="step-3/tensors.bin"):
+        saturate.Checkpointer.load(f"{loc}/step-3")
 
     # An upload cut before its manifest (a crash mid-save) is ignored with a warning.
     store.put("step-9/tensors.bin", b"partial")
