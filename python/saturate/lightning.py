@@ -33,11 +33,14 @@ Spans are recorded under ``saturate doctor``/``watch`` (SATURATE_RUN_DIR) or int
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import re
 import shutil
 import threading
 import time
+import weakref
 from typing import Any, Dict, List, Optional, Union
 
 try:
@@ -268,6 +271,7 @@ class SaturateCallback(pl.Callback):
 
 _REF_FORMAT = "saturate-checkpoint-ref"
 _STORE = ".saturate-checkpoints"  # beside the checkpoint files, in ModelCheckpoint's dirpath
+_REF_TMP_RE = re.compile(r"^.+\.ckpt\.tmp-[0-9]+$")  # _write_atomic's temp names
 
 
 class _Store:
@@ -282,10 +286,14 @@ class _Store:
                                    max_in_flight=max_in_flight)  # Lightning decides what goes
         self.saves = 0
         committed = Checkpointer.list(dir)
-        named = _referenced(os.path.dirname(dir))
+        ckpt_dir = os.path.dirname(dir)
+        named = _referenced(ckpt_dir)
         for _, path in committed:
             if os.path.normpath(path) not in named:
                 shutil.rmtree(path, ignore_errors=True)
+        for name in os.listdir(ckpt_dir):  # a reference's temp file, cut by the job's end
+            if _REF_TMP_RE.match(name):
+                os.remove(os.path.join(ckpt_dir, name))
         self.next_id = max((step for step, _ in committed), default=-1) + 1
 
 
@@ -347,7 +355,9 @@ class SaturateCheckpointIO(pl.plugins.CheckpointIO):
     ``torch.load``, not through the plugin: load with
     ``SaturateCheckpointIO().load_checkpoint(path)`` there.
 
-    Local paths only. Args: ``copy_threads``, ``max_in_flight``: as ``saturate.Checkpointer``'s
+    Also a Fabric plugin (``fabric.save`` / ``fabric.load``); where nothing calls
+    ``teardown`` (Fabric, ``trainer.save_checkpoint`` outside fit), the interpreter's exit
+    does. Local paths only. Args: ``copy_threads``, ``max_in_flight``: as ``saturate.Checkpointer``'s
     (a save while ``max_in_flight`` writes run waits for one). The default, 2, lets the
     ``last.ckpt`` save that ``save_last=True`` makes right after a top-k save go on without
     waiting for the first write, at the cost of a second host buffer the size of the state.
@@ -364,6 +374,9 @@ class SaturateCheckpointIO(pl.plugins.CheckpointIO):
         self._cv = threading.Condition()
         self._publisher: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None  # the helper's, raised on the next call
+        # Fabric's save, or trainer.save_checkpoint outside fit, has no teardown after it:
+        # the interpreter's exit waits for the writes and references instead.
+        atexit.register(_teardown_at_exit, weakref.ref(self))
 
     # ---- Lightning's CheckpointIO ----
 
@@ -486,6 +499,12 @@ class SaturateCheckpointIO(pl.plugins.CheckpointIO):
             return  # not data this plugin wrote
         if step_dir not in _referenced(os.path.dirname(os.path.dirname(step_dir))):
             shutil.rmtree(step_dir, ignore_errors=True)
+
+
+def _teardown_at_exit(ref) -> None:
+    io = ref()
+    if io is not None and io._stores:
+        io.teardown()
 
 
 __all__ = ["SaturateDataModule", "SaturateCallback", "SaturateCheckpointIO"]

@@ -34,7 +34,7 @@ from saturate.errors import CorruptionError  # noqa: E402
 from saturate.lightning import (SaturateCallback, SaturateCheckpointIO,  # noqa: E402
                                 SaturateDataModule)
 
-from conftest import DIGITS, HERE, torchrun_env, torchrun_job  # noqa: E402
+from conftest import DIGITS, HERE, run_python, torchrun_env, torchrun_job  # noqa: E402
 
 BATCH = 10
 BATCHES = -(-DIGITS // BATCH)  # 11 per epoch, the last one short
@@ -204,6 +204,34 @@ def test_sigkill_mid_fit_leaves_every_ckpt_whole_and_resumes_from_the_newest(tmp
         resumed_at = steps["last.ckpt"]
         named = {os.path.basename(d) for d in names.values()}
         assert named <= set(os.listdir(ckpts / ".saturate-checkpoints"))
+
+
+FABRIC_SAVES = """
+import sys, torch
+from lightning.fabric import Fabric
+from saturate.lightning import SaturateCheckpointIO
+fabric = Fabric(accelerator="cpu", devices=1, plugins=[SaturateCheckpointIO()])
+model = fabric.setup(torch.nn.Linear(512, 512))
+for step in range(1, 4):
+    with torch.no_grad():
+        model.weight.fill_(step)
+    fabric.save(sys.argv[1], {"model": model, "step": step})
+"""  # and exits: nothing calls the plugin's teardown
+
+
+def test_fabric_saves_are_whole_when_the_script_just_exits(tmp_path):
+    """Fabric (and trainer.save_checkpoint outside fit) never call teardown: the exit waits
+    for the writes and references. A reference's temp file left by a cut job goes at the
+    next run's first save."""
+    path = tmp_path / "last.ckpt"
+    (tmp_path / "last.ckpt.tmp-99999").write_bytes(b"{")  # a reference cut mid-write
+    done = run_python(["-c", FABRIC_SAVES, str(path)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "leak" not in done.stderr, done.stderr[-3000:]
+    state = SaturateCheckpointIO().load_checkpoint(path)
+    assert state["step"] == 3 and bool((state["model"]["weight"] == 3).all())
+    assert set(os.listdir(tmp_path)) == {"last.ckpt", ".saturate-checkpoints"}
+    assert len(os.listdir(tmp_path / ".saturate-checkpoints")) == 1  # the two older: dropped
 
 
 def test_checkpoint_io_reference_files_name_whole_checkpoints(tmp_path):
