@@ -357,8 +357,10 @@ class SaturateCheckpointIO(pl.plugins.CheckpointIO):
 
     Also a Fabric plugin (``fabric.save`` / ``fabric.load``); where nothing calls
     ``teardown`` (Fabric, ``trainer.save_checkpoint`` outside fit), the interpreter's exit
-    does. Local paths only. Args: ``copy_threads``, ``max_in_flight``: as ``saturate.Checkpointer``'s
-    (a save while ``max_in_flight`` writes run waits for one). The default, 2, lets the
+    does. Local paths only.
+
+    Args: ``copy_threads``, ``max_in_flight``: as ``saturate.Checkpointer``'s (a save while
+    ``max_in_flight`` writes run waits for one). The default, 2, lets the
     ``last.ckpt`` save that ``save_last=True`` makes right after a top-k save go on without
     waiting for the first write, at the cost of a second host buffer the size of the state.
     Thread-safety: Lightning's calls come from the training thread; one helper thread
