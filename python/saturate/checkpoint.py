@@ -1144,4 +1144,19 @@ def load(dir: str, map_location: Any = None, *, mmap: bool = True, info: bool = 
     return state
 
 
+def _load_reference(fields: Dict[str, Any]):
+    """What ``torch.load`` of a ``.ckpt`` written by ``saturate.lightning.SaturateCheckpointIO``
+    returns: the checkpoint it names, verified (tensors where they were saved, CPU when that
+    device is absent). The unpickler calls it, so only with ``weights_only=False``. It gets
+    the reference's fields, not the file's place: it follows the absolute path recorded at
+    save time (the plugin's own load finds a moved directory's data beside the .ckpt)."""
+    target = fields["checkpoint_path"]
+    if not os.path.isdir(target):
+        raise CorruptionError(
+            f"this .ckpt names the saturate checkpoint {target}, which is missing; if the "
+            "directory was moved, load it with "
+            "saturate.lightning.SaturateCheckpointIO().load_checkpoint(path)")
+    return load(target)
+
+
 Checkpointer.load = staticmethod(load)

@@ -34,13 +34,15 @@ Spans are recorded under ``saturate doctor``/``watch`` (SATURATE_RUN_DIR) or int
 from __future__ import annotations
 
 import atexit
-import json
+import io
 import os
+import pickle
 import re
 import shutil
 import threading
 import time
 import weakref
+import zipfile
 from typing import Any, Dict, List, Optional, Union
 
 try:
@@ -52,9 +54,11 @@ except ImportError:  # the older, separate package
         raise ImportError(
             "saturate.lightning needs PyTorch Lightning: pip install lightning") from e
 
+import torch
+
 from . import _trace
 from ._watch import watch as _watch
-from .checkpoint import Checkpointer, load as _load_checkpoint
+from .checkpoint import Checkpointer, _load_reference, load as _load_checkpoint
 from .dist_checkpoint import _write_atomic
 from .errors import CorruptionError
 from .loader import Loader
@@ -300,7 +304,7 @@ class _Store:
 class _Publish:
     """A save whose reference file is written once the engine has committed it."""
 
-    def __init__(self, store: _Store, step_id: int, path: str, global_step: Any):
+    def __init__(self, store: _Store, step_id: int, path: str, global_step: Optional[int]):
         self.writer, self.nth = store.writer, store.saves  # done once `nth` writes ended
         self.path, self.global_step = path, global_step
         self.step_dir = os.path.join(store.dir, f"step-{step_id}")
@@ -316,23 +320,58 @@ def _referenced(ckpt_dir: str) -> set:
     return named
 
 
+class _Reference:
+    """What a reference file holds. torch.save of it pickles a call of
+    ``saturate.checkpoint._load_reference(fields)``: ``torch.load`` (``weights_only=False``,
+    e.g. ``LightningModule.load_from_checkpoint(path, weights_only=False)``) returns the
+    checkpoint it names. The plugin reads the fields without running that call."""
+
+    def __init__(self, fields: Dict[str, Any]):
+        self.fields = fields
+
+    def __reduce__(self):
+        return (_load_reference, (self.fields,))
+
+
+# The start of a reference's pickle (torch.save uses protocol 2): the call above.
+_REF_PICKLE_HEAD = b"\x80\x02csaturate.checkpoint\n_load_reference\n"
+_REF_MAX_BYTES = 1 << 16  # a reference's pickle is ~200 bytes; a checkpoint's is larger
+
+
+def _ref_fields(path: str) -> Optional[Dict[str, Any]]:
+    """The fields of the reference file at ``path``, or None when it is not one (a
+    torch.save checkpoint, another file, missing)."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            pickles = [i for i in z.infolist() if i.filename.endswith("/data.pkl")]
+            if len(pickles) != 1 or pickles[0].file_size > _REF_MAX_BYTES:
+                return None
+            data = z.read(pickles[0])
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return None
+    if not data.startswith(_REF_PICKLE_HEAD):
+        return None
+
+    class Fields(pickle.Unpickler):  # the call's one argument, a dict; nothing else runs
+        def find_class(self, module, name):
+            if (module, name) == ("saturate.checkpoint", "_load_reference"):
+                return dict
+            raise pickle.UnpicklingError(f"{path}: {module}.{name} in a reference")
+
+    try:
+        fields = Fields(io.BytesIO(data)).load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError):
+        return None
+    return fields if isinstance(fields, dict) and fields.get("format") == _REF_FORMAT else None
+
+
 def _read_ref(path: str) -> Optional[str]:
-    """The checkpoint directory a reference file names, or None when ``path`` is not one
-    (a torch.save file, or missing)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-    except (FileNotFoundError, IsADirectoryError):
+    """The checkpoint directory the reference file at ``path`` names (beside it, so that
+    a copied or moved directory of checkpoints still resolves), or None."""
+    fields = _ref_fields(path)
+    if fields is None:
         return None
-    if not head.startswith(b"{"):
-        return None
-    try:
-        ref = json.loads(head)
-    except ValueError:
-        return None
-    if not isinstance(ref, dict) or ref.get("format") != _REF_FORMAT:
-        return None
-    return os.path.join(os.path.dirname(os.path.abspath(path)), ref["checkpoint"])
+    return os.path.join(os.path.dirname(os.path.abspath(path)), fields["checkpoint"])
 
 
 class SaturateCheckpointIO(pl.plugins.CheckpointIO):
@@ -351,9 +390,10 @@ class SaturateCheckpointIO(pl.plugins.CheckpointIO):
     checksums and reads tensors as copy-on-write maps of the files; plain ``torch.save``
     checkpoints load too (a run started without the plugin resumes with it). Overwriting
     or removing a ``.ckpt`` (top-k, ``last.ckpt``) removes the data no other ``.ckpt`` in
-    its directory names. ``LightningModule.load_from_checkpoint`` reads with
-    ``torch.load``, not through the plugin: load with
-    ``SaturateCheckpointIO().load_checkpoint(path)`` there.
+    its directory names. ``torch.load`` of a ``.ckpt`` with ``weights_only=False`` (as in
+    ``LightningModule.load_from_checkpoint(path, weights_only=False)``) returns the
+    checkpoint it names: the reference pickles that call (torch's weights-only default
+    refuses it, naming it).
 
     Also a Fabric plugin (``fabric.save`` / ``fabric.load``); where nothing calls
     ``teardown`` (Fabric, ``trainer.save_checkpoint`` outside fit), the interpreter's exit
@@ -400,7 +440,9 @@ class SaturateCheckpointIO(pl.plugins.CheckpointIO):
         store.writer.save(checkpoint, step_id)  # raises an earlier write's failure
         store.saves += 1
         with self._cv:
-            self._pending.append(_Publish(store, step_id, path, checkpoint.get("global_step")))
+            step = checkpoint.get("global_step")  # Fabric's state may hold anything there
+            self._pending.append(_Publish(store, step_id, path,
+                                          step if isinstance(step, int) else None))
             if self._publisher is None:
                 self._publisher = threading.Thread(target=self._publish_loop, daemon=True,
                                                    name="saturate-ckpt-publish")
@@ -475,10 +517,12 @@ class SaturateCheckpointIO(pl.plugins.CheckpointIO):
 
     def _publish(self, item: _Publish) -> None:
         old = _read_ref(item.path)
-        ref = {"format": _REF_FORMAT, "format_version": 1,
-               "checkpoint": os.path.relpath(item.step_dir, os.path.dirname(item.path)),
-               "global_step": item.global_step}
-        _write_atomic(item.path, json.dumps(ref).encode() + b"\n")
+        fields = {"format": _REF_FORMAT, "format_version": 2,
+                  "checkpoint": os.path.relpath(item.step_dir, os.path.dirname(item.path)),
+                  "checkpoint_path": item.step_dir, "global_step": item.global_step}
+        data = io.BytesIO()
+        torch.save(_Reference(fields), data)
+        _write_atomic(item.path, data.getvalue())
         if old is not None and os.path.normpath(old) != os.path.normpath(item.step_dir):
             self._drop_unreferenced(old)
 
@@ -504,9 +548,9 @@ class SaturateCheckpointIO(pl.plugins.CheckpointIO):
 
 
 def _teardown_at_exit(ref) -> None:
-    io = ref()
-    if io is not None and io._stores:
-        io.teardown()
+    plugin = ref()
+    if plugin is not None and plugin._stores:
+        plugin.teardown()
 
 
 __all__ = ["SaturateDataModule", "SaturateCallback", "SaturateCheckpointIO"]

@@ -11,8 +11,10 @@ Runs in the torch 2 line of CI (scripts/torch2-env.sh installs lightning into
 import glob
 import json
 import os
+import pickle
 import random
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +34,7 @@ import saturate  # noqa: E402
 from saturate import transforms as T  # noqa: E402
 from saturate.errors import CorruptionError  # noqa: E402
 from saturate.lightning import (SaturateCallback, SaturateCheckpointIO,  # noqa: E402
-                                SaturateDataModule)
+                                SaturateDataModule, _read_ref)
 
 from conftest import DIGITS, HERE, run_python, torchrun_env, torchrun_job  # noqa: E402
 
@@ -133,11 +135,8 @@ def refs(ckpts):
     files left out)."""
     out = {}
     for name in os.listdir(ckpts):
-        if name.endswith(".ckpt"):
-            with open(ckpts / name, "rb") as f:
-                data = f.read()
-            if data.startswith(b"{"):
-                out[name] = json.loads(data)["checkpoint"]
+        if name.endswith(".ckpt") and _read_ref(str(ckpts / name)) is not None:
+            out[name] = _read_ref(str(ckpts / name))
     return out
 
 
@@ -164,6 +163,10 @@ def test_checkpoint_io_keeps_what_lightning_keeps_and_resumes_from_last(digits, 
     assert last["global_step"] == 21
     same = io.load_checkpoint(ckpts / "step=21.ckpt")
     assert torch.equal(last["state_dict"]["layer.weight"], same["state_dict"]["layer.weight"])
+    # The usual way to a trained model for inference reads the .ckpt with torch.load: it gets
+    # the checkpoint the reference names (weights_only=False: the reference is a call).
+    model = Recorder.load_from_checkpoint(ckpts / "last.ckpt", weights_only=False)
+    assert torch.equal(model.layer.weight, last["state_dict"]["layer.weight"])
 
     resumed = Recorder()
     trainer(tmp_path, plugins=[SaturateCheckpointIO()], enable_checkpointing=True,
@@ -246,6 +249,20 @@ def test_checkpoint_io_reference_files_name_whole_checkpoints(tmp_path):
     assert torch.equal(io.load_checkpoint(path)["w"], torch.arange(6.0) * 2)
     store = tmp_path / ".saturate-checkpoints"
     assert os.listdir(store) == ["step-1"]  # step-0, overwritten, is gone
+
+    # torch.load follows the reference when it may run code (weights_only=False); the
+    # weights-only default refuses, naming the call to allow. A copy of the directory loads
+    # through the plugin (beside the .ckpt), not through torch.load once the original is gone.
+    assert torch.equal(torch.load(path, weights_only=False)["w"], torch.arange(6.0) * 2)
+    with pytest.raises(pickle.UnpicklingError, match="saturate.checkpoint._load_reference"):
+        torch.load(path, weights_only=True)
+    moved = tmp_path.parent / (tmp_path.name + "-moved")
+    shutil.copytree(tmp_path, moved)
+    shutil.move(store, tmp_path / "gone")
+    assert torch.equal(io.load_checkpoint(moved / "a.ckpt")["w"], torch.arange(6.0) * 2)
+    with pytest.raises(CorruptionError, match="step-1, which is missing; if the directory was"):
+        torch.load(moved / "a.ckpt", weights_only=False)
+    shutil.move(tmp_path / "gone", store)
 
     with open(store / "step-1" / "tensors.bin", "r+b") as f:
         f.write(b"\xff")
