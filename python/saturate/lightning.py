@@ -338,6 +338,15 @@ _REF_PICKLE_HEAD = b"\x80\x02csaturate.checkpoint\n_load_reference\n"
 _REF_MAX_BYTES = 1 << 16  # a reference's pickle is ~200 bytes; a checkpoint's is larger
 
 
+class _FieldsUnpickler(pickle.Unpickler):
+    """Unpickles a reference into the call's one argument, a dict; nothing else runs."""
+
+    def find_class(self, module, name):
+        if (module, name) == ("saturate.checkpoint", "_load_reference"):
+            return dict
+        raise pickle.UnpicklingError(f"{module}.{name} in a reference")
+
+
 def _ref_fields(path: str) -> Optional[Dict[str, Any]]:
     """The fields of the reference file at ``path``, or None when it is not one (a
     torch.save checkpoint, another file, missing)."""
@@ -351,15 +360,8 @@ def _ref_fields(path: str) -> Optional[Dict[str, Any]]:
         return None
     if not data.startswith(_REF_PICKLE_HEAD):
         return None
-
-    class Fields(pickle.Unpickler):  # the call's one argument, a dict; nothing else runs
-        def find_class(self, module, name):
-            if (module, name) == ("saturate.checkpoint", "_load_reference"):
-                return dict
-            raise pickle.UnpicklingError(f"{path}: {module}.{name} in a reference")
-
     try:
-        fields = Fields(io.BytesIO(data)).load()
+        fields = _FieldsUnpickler(io.BytesIO(data)).load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError):
         return None
     return fields if isinstance(fields, dict) and fields.get("format") == _REF_FORMAT else None

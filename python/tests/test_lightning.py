@@ -135,8 +135,9 @@ def refs(ckpts):
     files left out)."""
     out = {}
     for name in os.listdir(ckpts):
-        if name.endswith(".ckpt") and _read_ref(str(ckpts / name)) is not None:
-            out[name] = _read_ref(str(ckpts / name))
+        target = _read_ref(str(ckpts / name)) if name.endswith(".ckpt") else None
+        if target is not None:
+            out[name] = target
     return out
 
 
