@@ -637,6 +637,36 @@ def test_doctor_names_the_torch_save_site(tmp_path):
     assert site_in(stalls[0], "save_every_n.py", line), stalls[0]
 
 
+def test_doctor_gpt_style_script_tells_the_eval_loop_from_every_step(tmp_path):
+    """A nanoGPT-style loop (get_batch from a memmap, gradient accumulation, an
+    estimate_loss() every eval_interval iterations with one .item() per eval batch,
+    torch.save when the val loss improves, the loss logged with .item() every
+    iteration). The eval loop's .item() has ~1 call per step, as the logging one
+    does, but in 5% of the steps: doctor's every-step advice names the logging line
+    only, and the features say in what share of the steps each site ran. The job
+    runs under torch 2 (Debian's torch 1.13 takes ~20x longer per step here)."""
+    iters, every = 60, 20
+    report, stdout = doctor(tmp_path / "run", [
+        torch2_python(), script("gpt_train.py"), f"--max_iters={iters}",
+        f"--eval_interval={every}", "--always_save_checkpoint=True"],
+        env=clean_env(), cwd=tmp_path)
+    features = check_shape(report)
+    recorded(features, steps=iters + 1)
+    sites = {s["site"].rsplit(":", 1)[1]: s for s in features["host_syncs"]}
+    eval_sync = sites[str(marker_line("gpt_train.py", "EVAL_SYNC_LINE"))]
+    log_sync = sites[str(marker_line("gpt_train.py", "LOG_SYNC_LINE"))]
+    assert eval_sync["count"] == (iters // every + 1) * 2 * 8, eval_sync  # 2 splits x 8 batches
+    assert eval_sync["per_step"] >= 0.5 and eval_sync["step_share"] < 0.1, eval_sync
+    assert log_sync["step_share"] > 0.9, log_sync
+    (syncs,) = findings_of(report, "host_sync")
+    assert syncs["info"], syncs
+    assert [s["site"] for s in syncs["sites"]] == [log_sync["site"]], stdout
+    assert features["checkpoints"] == iters // every, features
+    assert features["checkpoint_sites"], features
+    assert site_in({"sites": features["checkpoint_sites"]}, "gpt_train.py",
+                   marker_line("gpt_train.py", "SAVE_LINE")), features["checkpoint_sites"]
+
+
 def test_a_lightning_script_is_told_of_the_plugin_that_ends_its_checkpoint_stall(tmp_path):
     """ModelCheckpoint's torch.save stalls a Lightning loop: doctor finds it at Lightning's save
     site and names saturate's checkpoint plugin and ModelCheckpoint's interval; the same script

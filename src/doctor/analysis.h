@@ -37,7 +37,14 @@ struct SiteStat {
   int64_t count = 0;
   double per_step = 0;  // calls per training step
   double total_s = 0;   // time spent in those calls
+  // Host syncs: the share of training steps in which the site ran (empty:
+  // not recorded). A site with calls in few steps runs in bursts.
+  std::optional<double> step_share;
 };
+
+// A host sync site that ran in under half the steps: a loop of its own (an
+// evaluation every N steps), not a call made every step.
+inline bool RunsInBursts(const SiteStat& s) { return s.step_share && *s.step_share < 0.5; }
 
 // What applying a finding's fix is expected to give, and the model behind
 // the number: "data wait 0.21 s of 0.80 s per step; with 4 workers the wait
@@ -342,7 +349,7 @@ nlohmann::json RanksJson(const RanksView& view);
 // "-j 0" or "--workers=" for "--workers=0".
 std::optional<std::string> WorkersFlag(const std::vector<std::string>& argv, int64_t value);
 
-// [{"site", "op", "count", "per_step", "total_s"[, "device"]}], for
+// [{"site", "op", "count", "per_step", "total_s"[, "device"][, "step_share"]}], for
 // features and findings alike.
 nlohmann::json SitesJson(const std::vector<SiteStat>& sites);
 std::vector<Finding> Diagnose(const Run& run, const Features& features,

@@ -1030,8 +1030,10 @@ void AutoFeatures(const Run& run, const Training& t, Features* f) {
       t.pid && run.step_marks_ns.contains(*t.pid) ? double(run.step_marks_ns.at(*t.pid).size()) : 0;
   for (const SyncSite& s : run.host_syncs) {
     if (t.pid && s.pid != *t.pid) continue;
-    f->host_syncs.push_back({s.site, s.op, s.device, s.count,
-                             steps > 0 ? double(s.count) / steps : 0, Seconds(s.total_ns)});
+    SiteStat& x = f->host_syncs.emplace_back(SiteStat{s.site, s.op, s.device, s.count,
+                                                      steps > 0 ? double(s.count) / steps : 0,
+                                                      Seconds(s.total_ns)});
+    if (s.intervals > 0) x.step_share = std::min(1.0, double(s.steps) / double(s.intervals));
   }
   std::sort(f->host_syncs.begin(), f->host_syncs.end(),
             [](const SiteStat& x, const SiteStat& y) { return x.total_s > y.total_s; });
@@ -1126,6 +1128,7 @@ nlohmann::json SitesJson(const std::vector<SiteStat>& sites) {
                         {"per_step", x.per_step},
                         {"total_s", x.total_s}};
     if (!x.device.empty()) j["device"] = x.device;
+    if (x.step_share) j["step_share"] = *x.step_share;
     out.push_back(std::move(j));
   }
   return out;

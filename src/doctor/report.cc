@@ -300,6 +300,13 @@ std::vector<std::pair<std::string, std::string>> PredictionLines(const Finding& 
   return lines;
 }
 
+// "1.0/step", or "0.8/step in 5% of steps" for a site that runs in bursts.
+std::string PerStepWords(const SiteStat& x) {
+  std::string out = Format("%.2g/step", x.per_step);
+  if (RunsInBursts(x)) out += Format(" in %.2g%% of steps", 100 * *x.step_share);
+  return out;
+}
+
 // Red for the causes that cost a fifth of the run or more, yellow above 5%.
 const char* SeverityColor(double pct) { return pct >= 20 ? "1;31" : pct >= 5 ? "1;33" : "1"; }
 
@@ -310,8 +317,7 @@ std::string SitesWords(const std::vector<SiteStat>& sites) {
   std::string out;
   for (size_t i = 0; i < std::min<size_t>(sites.size(), 3); ++i) {
     const SiteStat& x = sites[i];
-    out += (i ? "; " : "") + x.site + " " + x.op + Format(" %.2g/step", x.per_step) + " " +
-           Seconds(x.total_s);
+    out += (i ? "; " : "") + x.site + " " + x.op + " " + PerStepWords(x) + " " + Seconds(x.total_s);
   }
   if (sites.size() > 3) out += Format("; %g more", double(sites.size() - 3));
   return out;
@@ -1038,7 +1044,7 @@ std::string FindingsTable(const Analysis& analysis) {
           "class=\"num\">per step</th><th class=\"num\">time</th></tr></thead><tbody>";
       for (const SiteStat& x : finding.sites) {
         html += "<tr><td class=\"mono\">" + HtmlEscape(x.site) + "</td><td class=\"mono\">" +
-                HtmlEscape(x.op) + "</td><td class=\"num\">" + Format("%.2g", x.per_step) +
+                HtmlEscape(x.op) + "</td><td class=\"num\">" + HtmlEscape(PerStepWords(x)) +
                 "</td><td class=\"num\">" + Seconds(x.total_s) + "</td></tr>";
       }
       html += "</tbody></table>";

@@ -1574,13 +1574,29 @@ std::string TrainerSyncHint(const std::vector<SiteStat>& sites) {
   return "";
 }
 
+// A site with calls in few steps, many each time, is a loop of its own (an
+// evaluation every N steps): one sync after that loop replaces them all.
+std::string BurstSyncHint(const std::vector<SiteStat>& sites, int64_t steps) {
+  for (const SiteStat& s : sites) {
+    if (!RunsInBursts(s) || steps <= 0 || *s.step_share <= 0) continue;
+    const double calls = double(s.count) / (*s.step_share * double(steps));
+    return Fmt(
+        "The %s at %s runs in %.0f%% of the steps, ~%.0f times each (a loop of its own, "
+        "such as an evaluation): keep its values on the device (torch.stack, or sum "
+        "into a tensor) and sync once after that loop. ",
+        s.op.c_str(), s.site.c_str(), 100 * *s.step_share, calls);
+  }
+  return "";
+}
+
 // Host syncs (.item(), .cpu(), torch.cuda.synchronize, ...) by call site.
 // On a GPU each waits for the device's queue to drain, and the thread
 // queues nothing meanwhile. The GPU computes through most of a wait (the
 // queue it drains is work), so the time lost is at most the GPU's idle time
 // in the run: a GPU-bound loop that prints its loss now and then waits long
 // in .item() and loses little. On a CPU-only run nothing waits, but the same
-// lines would on a GPU: advice, when a site runs every step.
+// lines would on a GPU: advice, when a site runs every step (often enough,
+// and in most steps: not an evaluation loop every N steps).
 std::optional<Finding> HostSyncRule(const Features& f, const AnalysisOptions&) {
   std::vector<SiteStat> gpu, every_step;
   double gpu_s = 0;
@@ -1588,7 +1604,7 @@ std::optional<Finding> HostSyncRule(const Features& f, const AnalysisOptions&) {
     if (s.device == "cuda") {
       gpu.push_back(s);
       gpu_s += s.total_s;
-    } else if (s.per_step >= kSyncsPerStep) {
+    } else if (s.per_step >= kSyncsPerStep && !RunsInBursts(s)) {
       every_step.push_back(s);
     }
   }
@@ -1611,7 +1627,7 @@ std::optional<Finding> HostSyncRule(const Features& f, const AnalysisOptions&) {
   if (!gpu.empty()) Add(x, "sync_wait_s", gpu_s, "s", "time blocked in them");
   if (!gpu.empty() && idle_s) Add(x, "gpu_idle_s", *idle_s, "s", "the most the syncs can cost");
   x.sites = sites;
-  x.fix = TrainerSyncHint(sites) +
+  x.fix = TrainerSyncHint(sites) + BurstSyncHint(sites, f.steps) +
           Fmt("Keep values on the device and sync less often: accumulate the loss with "
               "`total += loss.detach()` and call .item() when logging (e.g. every 50 "
               "steps), not every step; move .cpu()/.tolist() out of the step. Start at %s.",

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "doctor/analysis.h"
+#include "doctor/report.h"
 #include "doctor/testing/run_builder.h"
 
 namespace saturate::doctor {
@@ -1480,6 +1481,48 @@ TEST(RulesTest, HostSyncsNameTheirCallSites) {
   cpu.host_syncs.resize(1);
   cpu.host_syncs[0].count = 5;  // every 20 steps: fine
   EXPECT_EQ(Find(Analyze(cpu).findings, "host_sync"), nullptr);
+}
+
+// An evaluation loop every 20 steps that calls .item() per batch has about
+// one call per step, like a loss logged every step, but in 5% of the steps
+// (nanoGPT's estimate_loss): on a CPU run it is not "every step" advice; on
+// a GPU the fix says to sync once after that loop.
+TEST(RulesTest, HostSyncsInBurstsAreNotEveryStepAndGetTheirOwnFix) {
+  RunBuilder c;
+  c.Steps(100, {{"forward", 0.05}, {"backward", 0.05}});
+  doctor::Run cpu = c.Build();
+  //                 pid, site, op, device, count, total_ns, max_ns, steps, intervals
+  cpu.host_syncs = {
+      {RunBuilder::kPid, "train.py:211", ".item()", "cpu", 80, 400'000, 0, 5, 101},
+      {RunBuilder::kPid, "train.py:249", ".item()", "cpu", 100, 200'000, 0, 100, 101}};
+  Analysis a = Analyze(cpu);
+  const Finding* x = Find(a.findings, "host_sync");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  ASSERT_EQ(x->sites.size(), 1u);
+  EXPECT_EQ(x->sites[0].site, "train.py:249");
+  EXPECT_EQ(x->fix.find("train.py:211"), std::string::npos) << x->fix;
+  cpu.host_syncs.resize(1);
+  EXPECT_EQ(Find(Analyze(cpu).findings, "host_sync"), nullptr);
+  cpu.host_syncs[0].steps = cpu.host_syncs[0].intervals = 0;  // a recording without the share
+  EXPECT_NE(Find(Analyze(cpu).findings, "host_sync"), nullptr);
+
+  RunBuilder b;
+  b.Gpus(1).Steps(100, {{"forward", 0.05}, {"backward", 0.05}});
+  b.Samples([](double, SamplePoint& s) { s.gpus[0].util_pct = 50; });
+  doctor::Run gpu = b.Build();
+  gpu.host_syncs = {
+      {RunBuilder::kPid, "train.py:211", ".item()", "cuda", 80, 2'000'000'000, 0, 5, 101}};
+  a = Analyze(gpu);
+  x = Find(a.findings, "host_sync");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  EXPECT_FALSE(x->info);
+  ASSERT_TRUE(x->sites[0].step_share.has_value());
+  EXPECT_NEAR(*x->sites[0].step_share, 5.0 / 101, 1e-9);
+  EXPECT_NE(x->fix.find("The .item() at train.py:211 runs in 5% of the steps, ~16 times each"),
+            std::string::npos)
+      << x->fix;
+  const std::string text = RenderSummary(gpu, a);
+  EXPECT_NE(text.find("0.8/step in 5% of steps"), std::string::npos) << text;
 }
 
 // Hugging Face's Trainer syncs every step to test the loss for NaN/inf: the

@@ -218,7 +218,9 @@ void AddAutoCounters(const trace::SpanFileEvent& e, int64_t t_ns, Loading* l) {
                Label(e, "device"),
                value("count"),
                value("total_ns"),
-               value("max_ns")};
+               value("max_ns"),
+               value("steps"),
+               value("intervals")};
     l->syncs[{pid, s.site, s.op, s.device}] = std::move(s);
   } else if (e.name == "autotrace") {
     for (AutoProcess& p : l->run->auto_processes) {

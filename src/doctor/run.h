@@ -104,6 +104,11 @@ struct SyncSite {
   int64_t count = 0;
   int64_t total_ns = 0;
   int64_t max_ns = 0;
+  // In how many of the stretches between optimizer updates the site ran, of
+  // how many (0 when not recorded): an evaluation loop every N steps has as
+  // many calls per step as a loss logged every step, in few of them.
+  int64_t steps = 0;
+  int64_t intervals = 0;
 };
 
 // A process the auto-instrumentation recorded, and what it captured.

@@ -218,7 +218,7 @@ TEST(LoadRunTest, MergesAutoInstrumentationWithoutDoubleCounting) {
 {"ph":"X","name":"host_sync","cat":"user","ts_ns":1150000000,"dur_ns":30000,"pid":7,"tid":7,"labels":{"site":"t.py:9","op":".item()","device":"cpu"}}
 {"ph":"step","step":1,"ts_ns":1200000000,"pid":7,"tid":7}
 {"ph":"C","name":"host_sync","ts_ns":1300000000,"pid":7,"tid":7,"args":{"count":1,"total_ns":30000,"max_ns":30000},"labels":{"site":"t.py:9","op":".item()","device":"cpu"}}
-{"ph":"C","name":"host_sync","ts_ns":1400000000,"pid":7,"tid":7,"args":{"count":4,"total_ns":90000,"max_ns":30000},"labels":{"site":"t.py:9","op":".item()","device":"cpu"}}
+{"ph":"C","name":"host_sync","ts_ns":1400000000,"pid":7,"tid":7,"args":{"count":4,"total_ns":90000,"max_ns":30000,"steps":3,"intervals":5},"labels":{"site":"t.py:9","op":".item()","device":"cpu"}}
 )json");
   Write(dir.Join("spans-8-auto.jsonl"),
         R"({"ph":"M","pid":8,"comm":"python3","source":"auto","auto":{"torch":"2.1.0","missing":{}}}
@@ -246,6 +246,8 @@ TEST(LoadRunTest, MergesAutoInstrumentationWithoutDoubleCounting) {
   ASSERT_EQ(run.host_syncs.size(), 1u);
   EXPECT_EQ(run.host_syncs[0].count, 4);
   EXPECT_EQ(run.host_syncs[0].total_ns, 90000);
+  EXPECT_EQ(run.host_syncs[0].steps, 3);
+  EXPECT_EQ(run.host_syncs[0].intervals, 5);
   EXPECT_EQ(run.host_syncs[0].op, ".item()");
   ASSERT_EQ(run.dataloaders.size(), 1u);
   EXPECT_EQ(run.dataloaders[0].site, "train.py:120");

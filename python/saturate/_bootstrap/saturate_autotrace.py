@@ -259,6 +259,7 @@ def _depth_exit(key):
 # ---- steps and phases --------------------------------------------------------------------
 
 _steps = [0]
+_updates = [0]  # the lead optimizer's updates, also when the job marks its own steps
 _lead = [None]  # weak reference to the optimizer whose updates mark steps
 _explicit = [False]  # the job marks its own steps (saturate.step()): no phases or marks here
 
@@ -295,6 +296,7 @@ def _update_done(optimizer, t0, t1):
         _lead[0] = weakref.ref(optimizer)
         lead = optimizer
     if lead is optimizer:
+        _updates[0] += 1
         _record_precision(optimizer)
         if not _shapes_recorded[0]:
             _shapes_recorded[0] = True
@@ -646,7 +648,10 @@ def _hook_fetch(torch):
 
 # ---- host syncs and copies ----------------------------------------------------------------
 
-_syncs = {}  # (site, op, device) -> [count, total_ns, max_ns, written count]
+# (site, op, device) -> [count, total_ns, max_ns, written count, last update, updates with calls,
+#                        written intervals]
+_syncs = {}
+_exiting = [False]
 
 
 def _record_sync(op, device, t0, t1, frame=None):
@@ -662,9 +667,12 @@ def _record_sync(op, device, t0, t1, frame=None):
         key = (site, op, device)
         s = _syncs.get(key)
         if s is None:
-            s = _syncs[key] = [0, 0, 0, 0]
+            s = _syncs[key] = [0, 0, 0, 0, -1, 0, 0]
         dur = t1 - t0
         s[0] += 1
+        if s[4] != _updates[0]:  # the first call between these two updates
+            s[4] = _updates[0]
+            s[5] += 1
         s[1] += dur
         if dur > s[2]:
             s[2] = dur
@@ -678,11 +686,19 @@ def _record_sync(op, device, t0, t1, frame=None):
 
 
 def _write_sync_counters():
-    """Cumulative per-site totals, for the sites that changed (flush hook)."""
+    """Cumulative per-site totals, for the sites that changed (flush hook).
+    `steps` of `intervals`: in how many of the stretches between the lead
+    optimizer's updates (so far, the current one included) the site ran, which
+    tells a call made every step from a burst (an evaluation loop every N
+    steps) with the same calls per step. A site is written again when its count
+    changed, and at exit when the intervals did (a site called only early on
+    ran in few of them)."""
+    intervals = _updates[0] + 1
     for (site, op, device), s in list(_syncs.items()):
-        if s[0] != s[3]:
-            s[3] = s[0]
-            line = _counters("host_sync", {"count": s[0], "total_ns": s[1], "max_ns": s[2]},
+        if s[0] != s[3] or (_exiting[0] and s[6] != intervals):
+            s[3], s[6] = s[0], intervals
+            line = _counters("host_sync", {"count": s[0], "total_ns": s[1], "max_ns": s[2],
+                                           "steps": s[5], "intervals": intervals},
                              {"site": site, "op": _jstr(op), "device": _jstr(device)})
             with _w.lock:
                 _w.lines.append(line)
@@ -1121,6 +1137,7 @@ def _at_exit():
     if "torch" in _info:  # a process that never imported torch records nothing
         _w.emit(_counters("exit", {"steps": _steps[0], "error": int(error is not None)},
                           {"exception": _jstr(error)} if error else None))
+    _exiting[0] = True
     _w.flush()
     # Registered first, this handler runs last, just before the interpreter finalizes. A
     # Gloo worker thread that drops the last reference to a finished collective may be
