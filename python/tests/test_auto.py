@@ -667,6 +667,39 @@ def test_doctor_gpt_style_script_tells_the_eval_loop_from_every_step(tmp_path):
                    marker_line("gpt_train.py", "SAVE_LINE")), features["checkpoint_sites"]
 
 
+def test_doctor_names_a_recompile_and_drop_last_ends_it(tmp_path):
+    """A torch.compile'd MLP over 1000 samples in batches of 64: the short 16th batch has
+    a new shape, and torch.compile compiles again mid-training. doctor records each
+    compilation (Dynamo's compile callbacks), says how much of the start-up compiled,
+    and names the recompile with its step; with --drop-last (the fix it names) only the
+    start-up compiles. The aot_eager backend compiles in ~1 s here (inductor: ~10)."""
+    reports = {}
+    for name, extra in (("short_last", []), ("drop_last", ["--drop-last"])):
+        reports[name] = doctor(tmp_path / name, [
+            torch2_python(), script("compiled_mlp.py"), "--backend", "aot_eager", "--epochs", "3",
+            "--samples", "1000", "--batch-size", "64", *extra], env=clean_env())
+    report, stdout = reports["short_last"]
+    features = check_shape(report)
+    recorded(features, steps=3 * 16)
+    procs = load_run(tmp_path / "short_last")
+    triggers = [s["labels"]["trigger"] for s in spans(main_process(procs), "compile")]
+    assert triggers.count("dynamo") >= 2, triggers  # the first frame, then the new shape
+    assert features["compiles"] >= 2 and features["compiles_in_window"] >= 1, features
+    assert features["compile_steps"][0] == 16, features
+    assert 0 < features["compile_in_window_s"] < features["compile_s"], features
+    (recompile,) = findings_of(report, "recompile")
+    assert not recompile["info"] and recompile["time_lost_s"] > 0, stdout
+    assert "It compiled in step 16" in recompile["fix"] and "drop_last=True" in recompile["fix"]
+    assert "of it in torch.compile" in stdout, stdout
+
+    report, stdout = reports["drop_last"]
+    features = check_shape(report)
+    recorded(features, steps=3 * 15)
+    assert features["compiles"] >= 1 and features["compiles_in_window"] == 0, features
+    assert not findings_of(report, "recompile"), stdout
+    assert features["startup_s"] > features["compile_s"] > 0, features
+
+
 def test_a_lightning_script_is_told_of_the_plugin_that_ends_its_checkpoint_stall(tmp_path):
     """ModelCheckpoint's torch.save stalls a Lightning loop: doctor finds it at Lightning's save
     site and names saturate's checkpoint plugin and ModelCheckpoint's interval; the same script

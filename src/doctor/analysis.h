@@ -195,6 +195,16 @@ struct Features {
   // (page-cache writeback, caches refilled), a cost outside the spans.
   std::optional<double> checkpoint_after_s;
 
+  // Start-up and torch.compile (the training process's `compile` spans).
+  std::optional<double> startup_s;  // run start to the first step mark: outside the window
+  int64_t compiles = 0;             // compilations, start-up included
+  double compile_s = 0;
+  int64_t compiles_in_window = 0;  // those that ran during training: recompiles
+  double compile_in_window_s = 0;  // their time inside the window
+  // The steps they ran in, counted as the job counts its updates: step k
+  // ends with the k-th optimizer update (the first five).
+  std::vector<int64_t> compile_steps;
+
   // ---- Added for the rules (docs/diagnosis.md) ----------------------------
 
   // The training window: first to last step when there are step marks,

@@ -30,6 +30,7 @@ constexpr int64_t kLongIdleNs = 5'000'000'000;
 constexpr int64_t kMinWaitGapNs = 1'000'000;
 // At most this many points in a chart timeline.
 constexpr size_t kMaxTimelinePoints = 1000;
+constexpr size_t kMaxCompileSteps = 5;  // steps with a compilation, listed
 
 const std::set<std::string_view> kCopyPhases = {"copy", "h2d", "to_device", "host_to_device",
                                                 "transfer"};
@@ -1014,6 +1015,32 @@ std::vector<SiteStat> SpanSites(const Run& run, const Training& t, std::string_v
   return out;
 }
 
+// The start-up before the first step mark, and torch.compile's compilations
+// in the training process: all of them, and those that ran during training.
+void CompileFeatures(const Run& run, const Training& t, Features* f) {
+  if (!t.steps.empty() && !t.pseudo_step) f->startup_s = Seconds(t.window.start_ns);
+  if (!t.pid) return;
+  std::set<int64_t> steps;
+  for (const Span& s : run.spans) {
+    if (!s.auto_source || s.name != "compile" || s.pid != *t.pid) continue;
+    ++f->compiles;
+    f->compile_s += Seconds(s.dur_ns);
+    const int64_t in_ns =
+        Overlap(s.start_ns, s.start_ns + s.dur_ns, t.window.start_ns, t.window.end_ns);
+    if (t.steps.empty() || t.pseudo_step || in_ns <= 0) continue;
+    ++f->compiles_in_window;
+    f->compile_in_window_s += Seconds(in_ns);
+    // The window's step i runs from the (i+1)-th mark to the (i+2)-th.
+    auto step = std::upper_bound(t.steps.begin(), t.steps.end(), s.start_ns,
+                                 [](int64_t ns, const Interval& x) { return ns < x.end_ns; });
+    steps.insert(int64_t(step - t.steps.begin()) + 2);
+  }
+  for (int64_t number : steps) {
+    if (f->compile_steps.size() == kMaxCompileSteps) break;
+    f->compile_steps.push_back(number);
+  }
+}
+
 // What the auto-instrumentation captured, and the training process's host
 // syncs, blocking saves and copies by call site.
 void AutoFeatures(const Run& run, const Training& t, Features* f) {
@@ -1109,6 +1136,7 @@ Features ComputeFeatures(const Run& run) {
   LoaderFeatures(run, training, &f);
   DecodeFeatures(run, &f);
   AutoFeatures(run, training, &f);
+  CompileFeatures(run, training, &f);
   ModelFeatures(run, &f);
   return f;
 }
@@ -1188,6 +1216,12 @@ nlohmann::json Features::ToJson() const {
   Put(j, "exit_code", exit_code);
   Put(j, "checkpoint_s", checkpoint_s);
   Put(j, "checkpoint_after_s", checkpoint_after_s);
+  Put(j, "startup_s", startup_s);
+  j["compiles"] = compiles;
+  j["compile_s"] = compile_s;
+  j["compiles_in_window"] = compiles_in_window;
+  j["compile_in_window_s"] = compile_in_window_s;
+  j["compile_steps"] = compile_steps;
   Put(j, "gpu_memory_used_max_pct", gpu_memory_used_max_pct);
   Put(j, "throttled_pct", throttled_pct);
   Put(j, "throttle_clock_loss_pct", throttle_clock_loss_pct);

@@ -11,7 +11,7 @@ const std::vector<std::string>& CauseIds() {
       "parallelism",      "input_pipeline",  "model_config", "memory",
       "communication",    "idle_allocation", "monitoring",   "host_to_device_copy",
       "checkpoint_stall", "cpu_contention",  "io_bound",     "throttling",
-      "launch_bound"};
+      "launch_bound",     "recompile"};
   return ids;
 }
 

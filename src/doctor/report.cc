@@ -89,6 +89,18 @@ std::vector<std::string> HeadlineNumbers(const Features& f) {
   return parts;
 }
 
+// "start-up: 57.1 s to the end of the first step (48.1 s of it in torch.compile); the
+// causes count the 4.0 s of training after it", when the start-up is a tenth
+// of the run or more, or compiled; "" otherwise.
+std::string StartupWords(const Features& f) {
+  if (!f.startup_s || f.duration_s <= 0) return "";
+  const double compile_s = std::max(0.0, f.compile_s - f.compile_in_window_s);
+  if (*f.startup_s < 0.1 * f.duration_s && compile_s <= 0) return "";
+  std::string out = "start-up: " + Seconds(*f.startup_s) + " to the end of the first step";
+  if (compile_s > 0) out += " (" + Seconds(compile_s) + " of it in torch.compile)";
+  return out + "; the causes count the " + Seconds(f.active_s) + " of training after it";
+}
+
 std::string HealthyWords(const Features& f, double min_pct) {
   std::string text = Format("no cause costs more than %g%% of the run", min_pct);
   if (f.device_busy_pct)
@@ -354,6 +366,7 @@ std::string RenderSummary(const Run& run, const Analysis& analysis, bool color, 
   std::string out = Paint(color, "1", JoinWrapped(header)) + "\n";
   const std::vector<std::string> numbers = HeadlineNumbers(f);
   if (!numbers.empty()) out += JoinWrapped(numbers) + "\n";
+  if (!StartupWords(f).empty()) out += Wrap(StartupWords(f), 0, 2) + "\n";
   if (f.ranks.world_size > 0) {
     std::string ranks = "ranks: " + RanksCountWords(f.ranks);
     if (f.ranks.straggler) ranks += "; " + StragglerWords(f.ranks);
@@ -1074,6 +1087,11 @@ std::string MeasurementsTable(const Features& f) {
   add("idle gaps recur every", f.idle_period_s, "s");
   if (f.steps > 0) rows.push_back({"steps", std::to_string(f.steps)});
   add("median step time", f.step_time_median_s, "s");
+  add("start-up, to the end of the first step", f.startup_s, "s");
+  if (f.compiles > 0) {
+    add("torch.compile, in all", f.compile_s, "s");
+    add("torch.compile, during training", f.compile_in_window_s, "s");
+  }
   add("data wait, share of step time", f.data_wait_pct, "%");
   add("host→device copy, share of step time", f.copy_pct, "%");
   add("communication, share of step time", f.comm_pct, "%");
@@ -1187,6 +1205,7 @@ std::string RenderHtml(const Run& run, const Analysis& analysis) {
       "<h2 id=\"measurements-h\">Measurements</h2>\n" +
       MeasurementsTable(f) + LoaderTable(run) + "</section>\n";
   std::vector<std::string> notes = run.warnings;
+  if (!StartupWords(f).empty()) notes.push_back(StartupWords(f));
   if (!AutoWords(f).empty()) notes.push_back(AutoWords(f));
   if (!notes.empty()) {
     html += "<section id=\"notes\">\n<h2>Notes from reading the run</h2>\n<ul>\n";

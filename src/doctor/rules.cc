@@ -1237,6 +1237,46 @@ std::optional<Finding> CheckpointRule(const Features& f, const AnalysisOptions& 
   return x;
 }
 
+// torch.compile compiling during training: a guard (a shape, dtype or Python
+// value the graph was specialized on) failed, and the step waited for a new
+// graph; the GPU idles meanwhile. The compilation at start-up, before the
+// first step mark, is outside the window and not counted.
+std::optional<Finding> RecompileRule(const Features& f, const AnalysisOptions&) {
+  if (f.compiles_in_window == 0 || f.compile_in_window_s <= 0) return std::nullopt;
+  const long long n = f.compiles_in_window;
+  Finding x = Make(f, "recompile",
+                   Fmt("torch.compile compiled %lld time%s during training (%.3g s)", n,
+                       n == 1 ? "" : "s", f.compile_in_window_s),
+                   f.compile_in_window_s, 0.8);
+  Add(x, "compiles_in_window", double(n), "", "compilations after the first step");
+  Add(x, "compile_in_window_s", f.compile_in_window_s, "s", "their time in the training window");
+  if (!f.compile_steps.empty()) {
+    Add(x, "first_compile_step", double(f.compile_steps.front()), "",
+        "the first step that compiled (step k ends with the k-th optimizer update)");
+  }
+  Add(x, "compiles", double(f.compiles), "", "compilations in all, start-up included");
+  Add(x, "compile_s", f.compile_s, "s", "their time in all");
+  std::string at;
+  for (int64_t step : f.compile_steps) at += (at.empty() ? "" : ", ") + std::to_string(step);
+  x.fix =
+      (at.empty() ? ""
+                  : "It compiled in step" + std::string(f.compile_steps.size() > 1 ? "s " : " ") +
+                        at + (n > int64_t(f.compile_steps.size()) ? ", ..." : "") + ". ") +
+      "Each compilation after the first step is a guard failing: a shape, dtype or Python value "
+      "the compiled graph was specialized on changed, and the step waits for a new graph. Run "
+      "with TORCH_LOGS=recompiles to see which guard. For shapes that vary (sequence lengths, a "
+      "short last batch), pad to a few fixed sizes, use drop_last=True, or mark the dimension "
+      "dynamic (torch._dynamo.mark_dynamic(x, dim), or torch.compile(model, dynamic=True)). "
+      "Entering model.eval() or torch.no_grad() for evaluation compiles once more, once.";
+  x.fix_value = {{"compiles_in_window", 0}};
+  PredictSaving(f, x, f.compile_in_window_s,
+                Fmt("%lld compilation%s during training cost %.3g s; with stable guards none "
+                    "after the first step",
+                    n, n == 1 ? "" : "s", f.compile_in_window_s),
+                true);
+  return x;
+}
+
 std::optional<Finding> ThrottlingRule(const Features& f, const AnalysisOptions&) {
   if (!f.throttled_pct || *f.throttled_pct <= kThrottledPct) return std::nullopt;
   const bool measured = f.throttle_clock_loss_pct && *f.throttle_clock_loss_pct > 0;
@@ -1677,10 +1717,10 @@ using Rule = std::optional<Finding> (*)(const Features&, const AnalysisOptions&)
 
 const std::vector<Rule>& Rules() {
   static const std::vector<Rule> rules = {
-      InputPipelineRule, IoBoundRule,     CpuContentionRule,   ParallelismRule, CopyRule,
-      CheckpointRule,    ThrottlingRule,  CommunicationRule,   MemoryRule,      IdleAllocationRule,
-      ModelConfigRule,   LaunchBoundRule, TensorCoresIdleRule, HostSyncRule,    MonitoringRule,
-      UnattributedRule};
+      InputPipelineRule,  IoBoundRule,     CpuContentionRule, ParallelismRule,     CopyRule,
+      CheckpointRule,     RecompileRule,   ThrottlingRule,    CommunicationRule,   MemoryRule,
+      IdleAllocationRule, ModelConfigRule, LaunchBoundRule,   TensorCoresIdleRule, HostSyncRule,
+      MonitoringRule,     UnattributedRule};
   return rules;
 }
 

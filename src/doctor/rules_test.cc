@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -1523,6 +1524,54 @@ TEST(RulesTest, HostSyncsInBurstsAreNotEveryStepAndGetTheirOwnFix) {
       << x->fix;
   const std::string text = RenderSummary(gpu, a);
   EXPECT_NE(text.find("0.8/step in 5% of steps"), std::string::npos) << text;
+}
+
+// torch.compile: the compilation in the first step is start-up (said, not a
+// cause); one in step 16 (a short last batch, a new shape) is a recompile,
+// time lost, with the step it ran in.
+TEST(RulesTest, CompilationsDuringTrainingAreRecompilesAndTheStartUpIsSaid) {
+  RunBuilder b;
+  b.Steps(1, {{"forward", 5}});  // step 1 (1 s to 6 s) compiles 4 s of it
+  b.AddSpan("compile", SpanKind::kUser, RunBuilder::kPid, RunBuilder::kTid, 1.5, 4);
+  b.Steps(14, {{"forward", 0.1}});  // steps 2 to 15
+  const double recompile_at_s = b.now_s() + 0.05;
+  b.Steps(1, {{"forward", 1.1}});  // step 16
+  b.AddSpan("compile", SpanKind::kUser, RunBuilder::kPid, RunBuilder::kTid, recompile_at_s, 1);
+  b.Steps(30, {{"forward", 0.1}});
+  doctor::Run run = b.Build();
+  for (Span& s : run.spans) s.auto_source = s.auto_source || s.name == "compile";
+
+  Analysis a = Analyze(run);
+  const Features& f = a.features;
+  ASSERT_TRUE(f.startup_s.has_value());
+  EXPECT_NEAR(*f.startup_s, 6, 1e-6);
+  EXPECT_EQ(f.compiles, 2);
+  EXPECT_NEAR(f.compile_s, 5, 1e-6);
+  EXPECT_EQ(f.compiles_in_window, 1);
+  EXPECT_NEAR(f.compile_in_window_s, 1, 1e-6);
+  EXPECT_EQ(f.compile_steps, std::vector<int64_t>{16});
+  const Finding* x = Find(a.findings, "recompile");
+  ASSERT_NE(x, nullptr) << Describe(a.findings);
+  EXPECT_FALSE(x->info);
+  EXPECT_NEAR(x->time_lost_s, 1, 1e-6);
+  EXPECT_NE(x->fix.find("It compiled in step 16. "), std::string::npos) << x->fix;
+  EXPECT_NE(x->fix.find("TORCH_LOGS=recompiles"), std::string::npos) << x->fix;
+  const std::string text = RenderSummary(run, a);
+  EXPECT_NE(text.find("start-up: 6.0 s to the end of the first step (4.0 s of it in "
+                      "torch.compile)"),
+            std::string::npos)
+      << text;
+
+  // Compiled at start-up only: said, not a cause.
+  run.spans.erase(std::remove_if(run.spans.begin(), run.spans.end(),
+                                 [&](const Span& s) {
+                                   return s.name == "compile" && s.start_ns > 2'000'000'000;
+                                 }),
+                  run.spans.end());
+  a = Analyze(run);
+  EXPECT_EQ(a.features.compiles, 1);
+  EXPECT_EQ(Find(a.findings, "recompile"), nullptr) << Describe(a.findings);
+  EXPECT_NE(RenderSummary(run, a).find("of it in torch.compile"), std::string::npos);
 }
 
 // Hugging Face's Trainer syncs every step to test the loss for NaN/inf: the

@@ -646,6 +646,33 @@ def _hook_fetch(torch):
     return "%d fetchers" % hooked
 
 
+# ---- torch.compile ------------------------------------------------------------------------
+
+def _hook_compile(callback):
+    """torch.compile's compilations, through Dynamo's compile callbacks (torch >= 2.4;
+    imported by the first torch.compile'd call, so a job that never compiles is not
+    touched): a span `compile` from the start of the outermost compilation to its
+    end, whichever thread ends it. The handler pairs them across threads, so one
+    slot holds the start. `trigger`: dynamo (a new frame, or a recompile when a guard
+    failed), lazy_backward (the backward graph, at the first backward), ..."""
+    handler = callback.callback_handler
+    start = [None]
+
+    def on_start(*args):
+        start[0] = _now()
+
+    def on_end(*args):
+        t0, start[0] = start[0], None
+        if t0 is None:
+            return
+        trigger = getattr(getattr(args[0], "callback_trigger", None), "name", "") if args else ""
+        _span("compile", "compile", t0, _now(), None, {"trigger": _jstr(trigger.lower())})
+
+    handler.register_start_callback(_safe(on_start))
+    handler.register_end_callback(_safe(on_end))
+    return "dynamo compile callbacks"
+
+
 # ---- host syncs and copies ----------------------------------------------------------------
 
 # (site, op, device) -> [count, total_ns, max_ns, written count, last update, updates with calls,
@@ -1022,6 +1049,8 @@ def _on_torch(torch):
                        lambda dist: _try_hook("collectives", _hook_distributed, dist))
     _post_import.watch("torch.distributed.checkpoint",
                        lambda dcp: _try_hook("dcp", _hook_dcp, dcp))
+    _post_import.watch("torch._dynamo.callback",
+                       lambda callback: _try_hook("compile", _hook_compile, callback))
 
 
 def installed():
