@@ -649,24 +649,30 @@ def _hook_fetch(torch):
 # ---- torch.compile ------------------------------------------------------------------------
 
 def _hook_compile(callback):
-    """torch.compile's compilations, through Dynamo's compile callbacks (torch >= 2.4;
+    """torch.compile's compilations, through Dynamo's compile callbacks (torch >= 2.3;
     imported by the first torch.compile'd call, so a job that never compiles is not
     touched): a span `compile` from the start of the outermost compilation to its
-    end, whichever thread ends it. The handler pairs them across threads, so one
-    slot holds the start. `trigger`: dynamo (a new frame, or a recompile when a guard
-    failed), lazy_backward (the backward graph, at the first backward), ..."""
+    end. From torch 2.6 the handler calls them for the outermost one only, paired
+    across threads; before, also for nested ones (Dynamo, then Inductor), hence the
+    depth. `trigger` (torch >= 2.8): dynamo (a new frame, or a recompile when a
+    guard failed), lazy_backward (the backward graph, at the first backward), ..."""
     handler = callback.callback_handler
-    start = [None]
+    open_ = [0, 0]  # depth, start of the outermost
 
     def on_start(*args):
-        start[0] = _now()
+        if open_[0] == 0:
+            open_[1] = _now()
+        open_[0] += 1
 
     def on_end(*args):
-        t0, start[0] = start[0], None
-        if t0 is None:
+        if open_[0] == 0:
+            return
+        open_[0] -= 1
+        if open_[0]:
             return
         trigger = getattr(getattr(args[0], "callback_trigger", None), "name", "") if args else ""
-        _span("compile", "compile", t0, _now(), None, {"trigger": _jstr(trigger.lower())})
+        _span("compile", "compile", open_[1], _now(), None,
+              {"trigger": _jstr(trigger.lower() or "?")})
 
     handler.register_start_callback(_safe(on_start))
     handler.register_end_callback(_safe(on_end))
