@@ -312,9 +312,10 @@ std::vector<std::pair<std::string, std::string>> PredictionLines(const Finding& 
   return lines;
 }
 
-// "1.0/step", or "0.8/step in 5% of steps" for a site that runs in bursts.
-std::string PerStepWords(const SiteStat& x) {
-  std::string out = Format("%.2g/step", x.per_step);
+// "1.0/step", or "0.8/step in 5% of steps" for a site that runs in bursts
+// ("1.0", "0.8 in 5% of steps" without the unit, for a "per step" column).
+std::string PerStepWords(const SiteStat& x, bool unit = true) {
+  std::string out = Format(unit ? "%.2g/step" : "%.2g", x.per_step);
   if (RunsInBursts(x)) out += Format(" in %.2g%% of steps", 100 * *x.step_share);
   return out;
 }
@@ -1057,7 +1058,7 @@ std::string FindingsTable(const Analysis& analysis) {
           "class=\"num\">per step</th><th class=\"num\">time</th></tr></thead><tbody>";
       for (const SiteStat& x : finding.sites) {
         html += "<tr><td class=\"mono\">" + HtmlEscape(x.site) + "</td><td class=\"mono\">" +
-                HtmlEscape(x.op) + "</td><td class=\"num\">" + HtmlEscape(PerStepWords(x)) +
+                HtmlEscape(x.op) + "</td><td class=\"num\">" + HtmlEscape(PerStepWords(x, false)) +
                 "</td><td class=\"num\">" + Seconds(x.total_s) + "</td></tr>";
       }
       html += "</tbody></table>";
