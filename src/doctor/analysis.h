@@ -42,6 +42,9 @@ struct SiteStat {
   std::optional<double> step_share;
 };
 
+// Features::compile_steps lists at most this many steps.
+inline constexpr size_t kMaxCompileSteps = 5;
+
 // A host sync site that ran in under half the steps: a loop of its own (an
 // evaluation every N steps), not a call made every step.
 inline bool RunsInBursts(const SiteStat& s) { return s.step_share && *s.step_share < 0.5; }
@@ -202,7 +205,7 @@ struct Features {
   int64_t compiles_in_window = 0;  // those that ran during training: recompiles
   double compile_in_window_s = 0;  // their time inside the window
   // The steps they ran in, counted as the job counts its updates: step k
-  // ends with the k-th optimizer update (the first five).
+  // ends with the k-th optimizer update (the first kMaxCompileSteps).
   std::vector<int64_t> compile_steps;
 
   // ---- Added for the rules (docs/diagnosis.md) ----------------------------

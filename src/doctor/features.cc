@@ -30,7 +30,6 @@ constexpr int64_t kLongIdleNs = 5'000'000'000;
 constexpr int64_t kMinWaitGapNs = 1'000'000;
 // At most this many points in a chart timeline.
 constexpr size_t kMaxTimelinePoints = 1000;
-constexpr size_t kMaxCompileSteps = 5;  // steps with a compilation, listed
 
 const std::set<std::string_view> kCopyPhases = {"copy", "h2d", "to_device", "host_to_device",
                                                 "transfer"};
@@ -1018,7 +1017,8 @@ std::vector<SiteStat> SpanSites(const Run& run, const Training& t, std::string_v
 // The start-up before the first step mark, and torch.compile's compilations
 // in the training process: all of them, and those that ran during training.
 void CompileFeatures(const Run& run, const Training& t, Features* f) {
-  if (!t.steps.empty() && !t.pseudo_step) f->startup_s = Seconds(t.window.start_ns);
+  const bool marked = !t.steps.empty() && !t.pseudo_step;  // a window between step marks
+  if (marked) f->startup_s = Seconds(t.window.start_ns);
   if (!t.pid) return;
   std::set<int64_t> steps;
   for (const Span& s : run.spans) {
@@ -1027,7 +1027,7 @@ void CompileFeatures(const Run& run, const Training& t, Features* f) {
     f->compile_s += Seconds(s.dur_ns);
     const int64_t in_ns =
         Overlap(s.start_ns, s.start_ns + s.dur_ns, t.window.start_ns, t.window.end_ns);
-    if (t.steps.empty() || t.pseudo_step || in_ns <= 0) continue;
+    if (!marked || in_ns <= 0) continue;
     ++f->compiles_in_window;
     f->compile_in_window_s += Seconds(in_ns);
     // The window's step i runs from the (i+1)-th mark to the (i+2)-th.

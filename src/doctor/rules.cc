@@ -1237,6 +1237,17 @@ std::optional<Finding> CheckpointRule(const Features& f, const AnalysisOptions& 
   return x;
 }
 
+// "It compiled in steps 16, 32. " (features list the first few steps; a step
+// may hold several compilations: the forward, then the lazy backward).
+std::string CompileStepsWords(const Features& f) {
+  if (f.compile_steps.empty()) return "";
+  std::string out = f.compile_steps.size() > 1 ? "It compiled in steps " : "It compiled in step ";
+  for (size_t i = 0; i < f.compile_steps.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(f.compile_steps[i]);
+  }
+  return out + (f.compile_steps.size() >= kMaxCompileSteps ? " (the first five). " : ". ");
+}
+
 // torch.compile compiling during training: a guard (a shape, dtype or Python
 // value the graph was specialized on) failed, and the step waited for a new
 // graph; the GPU idles meanwhile. The compilation at start-up, before the
@@ -1256,12 +1267,8 @@ std::optional<Finding> RecompileRule(const Features& f, const AnalysisOptions&) 
   }
   Add(x, "compiles", double(f.compiles), "", "compilations in all, start-up included");
   Add(x, "compile_s", f.compile_s, "s", "their time in all");
-  std::string at;
-  for (int64_t step : f.compile_steps) at += (at.empty() ? "" : ", ") + std::to_string(step);
   x.fix =
-      (at.empty() ? ""
-                  : "It compiled in step" + std::string(f.compile_steps.size() > 1 ? "s " : " ") +
-                        at + (n > int64_t(f.compile_steps.size()) ? ", ..." : "") + ". ") +
+      CompileStepsWords(f) +
       "Each compilation after the first step is a guard failing: a shape, dtype or Python value "
       "the compiled graph was specialized on changed, and the step waits for a new graph. Run "
       "with TORCH_LOGS=recompiles to see which guard. For shapes that vary (sequence lengths, a "
